@@ -1,0 +1,33 @@
+"""custom-optimizer-v2: write Keras 2 (OptimizerV2) optimizers from a few public hooks.
+
+Public names (one list, here):
+"""
+
+from optimizers.keras_compat import TF_VERSION, check_keras2_model, keras
+from optimizers.template import CustomOptimizerV2, variable_key
+from optimizers.updaters import (
+    Frozen,
+    OverwriteWithGradient,
+    RowwiseAdagrad,
+    VariableUpdater,
+    get_updater,
+    set_updater,
+)
+from optimizers.weight_decay import DecoupledWeightDecay
+
+__all__ = [
+    "TF_VERSION",
+    "CustomOptimizerV2",
+    "DecoupledWeightDecay",
+    "Frozen",
+    "OverwriteWithGradient",
+    "RowwiseAdagrad",
+    "VariableUpdater",
+    "check_keras2_model",
+    "get_updater",
+    "keras",
+    "set_updater",
+    "variable_key",
+]
+
+__version__ = "0.1.0"

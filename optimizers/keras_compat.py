@@ -1,0 +1,59 @@
+"""The one place that decides which Keras 2 this library runs on.
+
+* TensorFlow <= 2.15: the built-in ``tf.keras`` is Keras 2.
+* TensorFlow >= 2.16: ``tf.keras`` is Keras 3, which has no OptimizerV2, so the
+  library imports ``tf_keras`` (the ``tf-keras`` package) directly. Users never
+  need ``TF_USE_LEGACY_KERAS``.
+
+Everything else in the library imports ``keras`` and ``tf`` from here.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+TF_VERSION: tuple[int, int] = tuple(int(p) for p in tf.__version__.split(".")[:2])  # type: ignore[assignment]
+
+if TF_VERSION >= (2, 16):
+    try:
+        import tf_keras as keras
+    except ImportError as error:  # pragma: no cover - exercised on a stack without tf-keras
+        raise ImportError(
+            "custom-optimizer-v2 needs Keras 2, which TensorFlow "
+            f"{tf.__version__} ships as the separate `tf-keras` package. "
+            f"Install it with: pip install 'tf-keras=={TF_VERSION[0]}.{TF_VERSION[1]}.*'"
+        ) from error
+else:
+    keras = tf.keras
+
+OptimizerV2 = keras.optimizers.legacy.Optimizer
+LearningRateSchedule = keras.optimizers.schedules.LearningRateSchedule
+
+KERAS3_HINT = (
+    "optimizers built with custom-optimizer-v2 are Keras 2 (OptimizerV2) optimizers. "
+    + (
+        "Build the model with `import tf_keras as keras` (package `tf-keras`), not "
+        "`keras` / `tf.keras`, which are Keras 3 on TensorFlow "
+        f"{tf.__version__}; Keras 3 models take `keras.optimizers.*` optimizers."
+        if TF_VERSION >= (2, 16)
+        else "Build the model with `tf.keras`."
+    )
+)
+
+
+def is_keras3_object(obj: object) -> bool:
+    """Whether ``obj`` (a model, layer or variable) belongs to Keras 3."""
+    module = type(obj).__module__ or ""
+    if not (module == "keras" or module.startswith("keras.")):
+        return False
+    try:
+        import keras as keras_pkg
+    except ImportError:  # pragma: no cover
+        return False
+    return str(getattr(keras_pkg, "__version__", "2")).startswith("3")
+
+
+def check_keras2_model(model: object) -> None:
+    """Raise a ``TypeError`` saying what to import if ``model`` is a Keras 3 model."""
+    if is_keras3_object(model):
+        raise TypeError(f"Received a Keras 3 object: model={model!r}. {KERAS3_HINT}")

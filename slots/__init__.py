@@ -1,0 +1,110 @@
+"""Slot declaration, creation and accounting.
+
+A *slot* is a per-variable state tensor of an update rule (Adam's ``m`` and
+``v``, a moving average, an accumulator). A rule declares its slots as
+:class:`SlotSpec` values; :func:`create_slots` makes them for exactly the
+variables that use the rule; :func:`slot_memory` reports what they cost.
+
+>>> import tensorflow as tf
+>>> from optimizers import CustomOptimizerV2
+>>> spec = SlotSpec("velocity")
+>>> spec.name, spec.initializer
+('velocity', 'zeros')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, Union
+
+import tensorflow as tf
+
+__all__ = ["SlotSpec", "as_slot_specs", "create_slots", "get_slots", "slot_memory"]
+
+Initializer = Union[str, Callable[..., Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotSpec:
+    """Declares one slot of an update rule.
+
+    Args:
+        name: The slot's name, unique within the rule (``"m"``, ``"v"``...).
+        initializer: A Keras initializer name or callable. Defaults to
+            ``"zeros"``.
+        shape: A function of the variable's shape that returns the slot's
+            shape, for slots not shaped like the variable (for example one
+            accumulator per row: ``lambda shape: shape[:1] + [1]``). Defaults
+            to ``None``: the variable's shape.
+    """
+
+    name: str
+    initializer: Initializer = "zeros"
+    shape: Callable[[list], list] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"`name` must be a non-empty string. Received: name={self.name!r}")
+
+
+def as_slot_specs(specs: Iterable[SlotSpec | str]) -> tuple[SlotSpec, ...]:
+    """Turn a list of ``SlotSpec`` or plain slot names into ``SlotSpec`` values."""
+    out = []
+    for spec in specs:
+        if isinstance(spec, str):
+            spec = SlotSpec(spec)
+        if not isinstance(spec, SlotSpec):
+            raise TypeError(f"`slot_specs` must hold SlotSpec or str values. Received: {spec!r}")
+        out.append(spec)
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"Slot names must be unique. Received: {names}")
+    return tuple(out)
+
+
+def create_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], prefix: str = "") -> None:
+    """Create ``specs`` for ``var`` on ``optimizer`` (no-op for slots that exist).
+
+    ``prefix`` keeps the slots of different rules apart (a variable updater's
+    slots are named ``"<updater>/<slot>"``).
+    """
+    for spec in specs:
+        shape = None
+        if spec.shape is not None:
+            shape = spec.shape(var.shape.as_list())
+        optimizer.add_slot(var, prefix + spec.name, initializer=spec.initializer, shape=shape)
+
+
+def get_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], prefix: str = "") -> dict[str, tf.Variable]:
+    """Slots ``specs`` of ``var``, keyed by their names without ``prefix``.
+
+    Inside a ``tf.distribute`` update call the per-device component is returned.
+    """
+    out = {}
+    for spec in specs:
+        slot = optimizer.get_slot(var, prefix + spec.name)
+        if isinstance(slot, tf.distribute.DistributedValues):
+            slot = slot._get_on_device_or_primary()  # the replica being updated
+        out[spec.name] = slot
+    return out
+
+
+def slot_memory(optimizer: Any) -> dict[str, int]:
+    """Bytes held by ``optimizer``'s slots, by slot name.
+
+    A distributed (mirrored) slot counts once, like the variable it shadows.
+    Variables that use a variable updater without slots contribute nothing.
+
+    Returns:
+        ``{slot_name: bytes}``, sorted by slot name; empty before the first step.
+    """
+    totals: dict[str, int] = {}
+    slot_dicts: Mapping[Any, Mapping[str, Any]] = getattr(optimizer, "_slots", {})
+    for per_var in slot_dicts.values():
+        for name, slot in per_var.items():
+            if isinstance(slot, tf.__internal__.distribute.ShardedVariable):
+                continue  # its shards are counted as variables of their own
+            nbytes = slot.shape.num_elements() * slot.dtype.size
+            totals[name] = totals.get(name, 0) + nbytes
+    return dict(sorted(totals.items()))

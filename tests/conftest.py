@@ -1,0 +1,51 @@
+"""Shared test set-up: two logical CPU devices (for MirroredStrategy) and stack facts."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import optimizers  # noqa: E402
+
+# One place for the stack facts the tests need.
+TF_VERSION = optimizers.TF_VERSION
+keras = optimizers.keras
+try:
+    import tensorflow_addons as tfa  # noqa: F401
+
+    HAS_TFA = True
+except ImportError:
+    HAS_TFA = False
+
+# Comparison tolerances per dtype (relative and absolute).
+TOLERANCE = {
+    tf.float16: dict(rtol=2e-3, atol=2e-3),
+    tf.float32: dict(rtol=1e-6, atol=1e-6),
+    tf.float64: dict(rtol=1e-12, atol=1e-12),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tfa" in item.keywords and not HAS_TFA:
+            item.add_marker(pytest.mark.skip(reason="TensorFlow Addons runs in the TF 2.15 env (make test-tf215)"))
+
+
+@pytest.fixture
+def mirrored():
+    """MirroredStrategy over the two logical CPU devices."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    tf.random.set_seed(0)
+    np.random.seed(0)
+    yield
+    keras.backend.clear_session()

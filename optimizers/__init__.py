@@ -3,8 +3,11 @@
 Public names (one list, here):
 """
 
+from optimizers.adamw import AdamW
 from optimizers.keras_compat import TF_VERSION, check_keras2_model, keras
+from optimizers.sgdw import SGDW
 from optimizers.template import CustomOptimizerV2, variable_key
+from optimizers.tfa_compat import TFA_NAMES  # importing it registers TFA's saved names ("Addons>AdamW", ...)
 from optimizers.updaters import (
     Frozen,
     OverwriteWithGradient,
@@ -16,6 +19,9 @@ from optimizers.updaters import (
 from optimizers.weight_decay import DecoupledWeightDecay
 
 __all__ = [
+    "AdamW",
+    "SGDW",
+    "TFA_NAMES",
     "TF_VERSION",
     "CustomOptimizerV2",
     "DecoupledWeightDecay",

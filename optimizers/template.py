@@ -37,15 +37,10 @@ def variable_key(var: Any) -> Any:
     Under ``tf.distribute`` the hooks see a per-replica component; its key is
     that of the distributed variable it belongs to.
     """
-    if hasattr(var, "_distributed_container"):
-        var = var._distributed_container()
+    var = updaters_lib.distributed_container(var)
     if getattr(var, "_in_graph_mode", False):
         return var._shared_name
     return var._unique_id
-
-
-def _container(var: Any) -> Any:
-    return var._distributed_container() if hasattr(var, "_distributed_container") else var
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -116,8 +111,9 @@ class CustomOptimizerV2(OptimizerV2):
 
     Args:
         name: Prefix of slot names and name scopes.
-        updaters: ``{variable or regex searched in var.name: VariableUpdater}``:
-            those variables follow the updater instead of this optimizer's rule.
+        updaters: ``{var.ref() or regex searched in var.name: VariableUpdater}``
+            (or a list of ``(variable or regex, updater)`` pairs): those
+            variables follow the updater instead of this optimizer's rule.
         jit_compile: Compile each variable's dense update (decay included)
             with XLA. Defaults to ``True``, measured faster on CPU (see
             ``benchmarks/``).
@@ -171,7 +167,7 @@ class CustomOptimizerV2(OptimizerV2):
             raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
         if not isinstance(jit_compile, bool):
             raise TypeError(f"`jit_compile` must be a bool. Received: jit_compile={jit_compile!r}")
-        checked_updaters = self._check_updaters(updaters)
+        patterns, by_key = self._check_updaters(updaters)
         decay = None
         if weight_decay is not None:
             decay = DecoupledWeightDecay(weight_decay, exclude_from_weight_decay, scale_weight_decay_by_lr)
@@ -182,8 +178,9 @@ class CustomOptimizerV2(OptimizerV2):
         if self._lr_alias is not None:
             warnings.warn("The `lr` argument is deprecated, use `learning_rate` instead.", stacklevel=2)
         super().__init__(name, **kwargs)
+        self._set_hyper("decay", self._initial_decay)  # a checkpointed variable in Keras 2's built-ins and TFA
         self._hyper_checks: dict[str, Callable[[Any], None]] = {}
-        self._updaters = checked_updaters
+        self._updater_patterns, self._updaters_by_key = patterns, by_key
         self.jit_compile = jit_compile
         self._weight_decay = decay
         self._decay_var_keys: set | None = None
@@ -248,35 +245,44 @@ class CustomOptimizerV2(OptimizerV2):
 
     # ---------------------------------------------------------------- updaters
     @staticmethod
-    def _check_updaters(updaters: Any) -> dict:
+    def _check_updaters(updaters: Any) -> tuple[dict, dict]:
+        """``({regex: updater}, {variable_key: updater})`` from the ``updaters`` argument."""
         if updaters is None:
-            return {}
-        if not isinstance(updaters, Mapping):
-            raise TypeError("`updaters` must be a mapping {variable or regex: VariableUpdater}. "
-                            f"Received: updaters={updaters!r}")
-        checked = {}
-        for target, updater in updaters.items():
+            return {}, {}
+        if isinstance(updaters, Mapping):
+            pairs = list(updaters.items())
+        elif isinstance(updaters, (list, tuple)) and all(isinstance(p, tuple) and len(p) == 2 for p in updaters):
+            pairs = list(updaters)
+        else:
+            raise TypeError("`updaters` must be a mapping {var.ref() or regex: VariableUpdater} or a list of "
+                            f"(variable or regex, VariableUpdater) pairs. Received: updaters={updaters!r}")
+        patterns, by_key = {}, {}
+        for target, updater in pairs:
             updaters_lib.check_updater(updater)
+            if hasattr(target, "deref"):  # a variable's ref(): variables are not hashable
+                target = target.deref()
             if isinstance(target, str):
                 try:
                     re.compile(target)
                 except re.error as error:
                     raise ValueError(f"`updaters` key {target!r} is not a valid regex ({error}). "
                                      f"Received: updaters={updaters!r}") from None
-                checked[target] = updater
+                patterns[target] = updater
             elif isinstance(target, tf.Variable):
-                checked[variable_key(target)] = updater
+                by_key[variable_key(target)] = updater
             else:
-                raise TypeError("`updaters` keys must be tf.Variable objects or regex strings. "
+                raise TypeError("`updaters` keys must be variables (var.ref() in a dict) or regex strings. "
                                 f"Received key {target!r} in updaters={updaters!r}")
-        return checked
+        return patterns, by_key
 
     def updater_for(self, var: tf.Variable) -> updaters_lib.VariableUpdater | None:
         """The updater that replaces this optimizer's rule for ``var``, or ``None``."""
-        var = _container(var)
-        key = variable_key(var)
-        for target, updater in self._updaters.items():
-            if (target == var.name or re.search(target, var.name)) if isinstance(target, str) else target == key:
+        var = updaters_lib.distributed_container(var)
+        updater = self._updaters_by_key.get(variable_key(var))
+        if updater is not None:
+            return updater
+        for pattern, updater in self._updater_patterns.items():
+            if re.search(pattern, var.name):
                 return updater
         return updaters_lib.get_updater(var)
 
@@ -287,11 +293,16 @@ class CustomOptimizerV2(OptimizerV2):
         return self._specs_cache
 
     def _create_slots(self, var_list: Iterable[tf.Variable]) -> None:
+        var_list = list(var_list)
+        # Slot-major order (every "m", then every "v"), as Keras 2's built-ins and TFA:
+        # .h5 files store optimizer weights by position.
+        for spec in self._specs():
+            for var in var_list:
+                if self.updater_for(var) is None:
+                    slots_lib.create_slots(self, var, [spec])
         for var in var_list:
             updater = self.updater_for(var)
-            if updater is None:
-                slots_lib.create_slots(self, var, self._specs())
-            else:
+            if updater is not None:
                 slots_lib.create_slots(self, var, updater.slot_specs(), prefix=updater.name + "/")
 
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
@@ -313,7 +324,7 @@ class CustomOptimizerV2(OptimizerV2):
             return False
         if self._decay_var_keys is not None:
             return variable_key(var) in self._decay_var_keys
-        return self._weight_decay.applies_to(_container(var).name)
+        return self._weight_decay.applies_to(updaters_lib.distributed_container(var).name)
 
     def _dense_step(self, grad, var, slots, coefficients, decay):
         if decay:
@@ -369,17 +380,23 @@ class CustomOptimizerV2(OptimizerV2):
         return [pair for pair in merged if pair is not None]
 
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
+        """Sum ordinary gradients across replicas; reduce updater gradients by the
+        updater's ``reduction``, all in the one call to ``gradient_aggregator``."""
         grads_and_vars = list(grads_and_vars)
-        ordinary, by_reduction = self._split(grads_and_vars)
-        groups = []
-        if ordinary:
-            positions, pairs = zip(*ordinary)
-            groups.append((positions, list(self.gradient_aggregator(list(pairs)))))
-        for reduction, items in by_reduction.items():
-            positions, pairs = zip(*items)
-            grads = updaters_lib.reduce_across_replicas([g for g, _ in pairs], reduction)
-            groups.append((positions, list(zip(grads, [v for _, v in pairs]))))
-        return self._merge(len(grads_and_vars), groups)
+        ctx = tf.distribute.get_replica_context()
+        n = ctx.num_replicas_in_sync if ctx is not None else 1
+        reductions = [getattr(self.updater_for(v), "reduction", "sum") for _, v in grads_and_vars]
+        to_sum = [(updaters_lib.before_sum(g, r, ctx.replica_id_in_sync_group, n) if n > 1 else g, v)
+                  for (g, v), r in zip(grads_and_vars, reductions) if r != "none"]
+        summed = iter(self.gradient_aggregator(to_sum) if to_sum else [])
+        out = []
+        for (grad, var), reduction in zip(grads_and_vars, reductions):
+            if reduction != "none":
+                grad = next(summed)[0]
+                if n > 1:
+                    grad = updaters_lib.after_sum(grad, reduction, n)
+            out.append((grad, var))
+        return out
 
     def _transform_gradients(self, grads_and_vars: Iterable) -> list:
         grads_and_vars = list(grads_and_vars)
@@ -433,8 +450,7 @@ class CustomOptimizerV2(OptimizerV2):
     def get_config(self) -> dict[str, Any]:
         """Config built from the constructor's signature; no override needed."""
         config = super().get_config()
-        if self._initial_decay:
-            config["decay"] = self._initial_decay
+        config["decay"] = self._initial_decay  # always, as Keras 2's built-ins (and TFA) write it
         signature = inspect.signature(type(self).__init__)
         for pname, param in signature.parameters.items():
             if pname in ("self", "name") or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
@@ -445,9 +461,8 @@ class CustomOptimizerV2(OptimizerV2):
             config.update(self._weight_decay.get_config())
         if not self.jit_compile:
             config["jit_compile"] = False
-        string_updaters = {k: v for k, v in self._updaters.items() if isinstance(k, str)}
-        if string_updaters:
-            config["updaters"] = {k: _serialize_updater(v) for k, v in string_updaters.items()}
+        if self._updater_patterns:  # updaters keyed by variable objects cannot be serialized
+            config["updaters"] = {k: _serialize_updater(v) for k, v in self._updater_patterns.items()}
         return config
 
     def _config_value(self, pname: str) -> Any:

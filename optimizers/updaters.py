@@ -191,10 +191,18 @@ def check_updater(updater: object, argument: str = "updater") -> VariableUpdater
     return updater
 
 
-def _container(var: Any) -> Any:
-    """The distributed container of a per-replica component, else ``var``."""
+def distributed_container(var: Any) -> Any:
+    """The distributed variable a per-replica component belongs to, else ``var``.
+
+    Newer TensorFlow marks the component's handle tensor instead of the component.
+    """
+    if isinstance(var, tf.distribute.DistributedValues):
+        return var
     if hasattr(var, "_distributed_container"):
         return var._distributed_container()
+    handle = getattr(var, "handle", None)
+    if handle is not None and hasattr(handle, "_distributed_container"):
+        return handle._distributed_container()
     return var
 
 
@@ -204,30 +212,44 @@ def set_updater(var: tf.Variable, updater: VariableUpdater | None) -> None:
         check_updater(updater)
     if not isinstance(var, tf.Variable):
         raise TypeError(f"`var` must be a tf.Variable. Received: var={var!r}")
-    object.__setattr__(_container(var), _ATTR, updater)
+    object.__setattr__(distributed_container(var), _ATTR, updater)
 
 
 def get_updater(var: tf.Variable) -> VariableUpdater | None:
     """The updater attached to ``var`` by :func:`set_updater` or by the Keras 3
     ``overwrite_with_gradient`` attribute, or ``None``."""
-    for candidate in (var, _container(var)):
+    for candidate in (var, distributed_container(var)):
         updater = getattr(candidate, _ATTR, None)
         if updater is not None:
             return updater
-    for candidate in (var, _container(var)):
+    for candidate in (var, distributed_container(var)):
         if getattr(candidate, "overwrite_with_gradient", False) is True:
             return OverwriteWithGradient()
     return None
 
 
-def reduce_across_replicas(grads: list, reduction: str) -> list:
-    """Combine ``grads`` across the replicas of the current replica context."""
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync == 1 or not grads or reduction == "none":
-        return list(grads)
-    if reduction in ("sum", "mean"):
-        op = tf.distribute.ReduceOp.SUM if reduction == "sum" else tf.distribute.ReduceOp.MEAN
-        return list(ctx.all_reduce(op, list(grads)))
-    dense = [tf.convert_to_tensor(g) for g in grads]
-    gathered = ctx.all_gather([tf.expand_dims(g, 0) for g in dense], axis=0)
-    return [tf.reduce_max(g, axis=0) for g in gathered]
+def before_sum(grad: Any, reduction: str, replica_id: Any, num_replicas: int) -> Any:
+    """Turn ``grad`` into what a cross-replica SUM must see to yield ``reduction``.
+
+    Updater gradients travel in the optimizer's one SUM all-reduce together with
+    the ordinary gradients (so every replica issues the same collectives in the
+    same order): ``"mean"`` is the sum divided afterwards; ``"max"`` puts each
+    replica's value in its own row of a zero stack, whose sum holds every
+    replica's value.
+    """
+    if reduction != "max":
+        return grad
+    grad = tf.convert_to_tensor(grad)
+    one_hot = tf.one_hot(replica_id, num_replicas, dtype=grad.dtype)
+    return tf.reshape(one_hot, [num_replicas] + [1] * grad.shape.rank) * tf.expand_dims(grad, 0)
+
+
+def after_sum(summed: Any, reduction: str, num_replicas: int) -> Any:
+    """Finish :func:`before_sum`'s reduction on the summed value."""
+    if reduction == "max":
+        return tf.reduce_max(summed, axis=0)
+    if reduction == "mean":
+        if isinstance(summed, tf.IndexedSlices):
+            return tf.IndexedSlices(summed.values / num_replicas, summed.indices, summed.dense_shape)
+        return summed / num_replicas
+    return summed

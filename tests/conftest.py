@@ -37,9 +37,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="TensorFlow Addons runs in the TF 2.15 env (make test-tf215)"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def mirrored():
-    """MirroredStrategy over the two logical CPU devices."""
+    """MirroredStrategy over the two logical CPU devices, one per test process.
+
+    One instance only: a second MirroredStrategy over the same devices restarts
+    collective instance keys that the runtime has already seen.
+    """
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 

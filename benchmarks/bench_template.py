@@ -1,0 +1,15 @@
+"""Template-written Adam (tests/examples.py) vs tf_keras's fused built-in Adam."""
+
+from examples import Adam
+
+from benchmarks.common import Case, compare
+from optimizers import keras
+
+
+def cases() -> list[Case]:
+    return [
+        Case("template Adam (XLA per variable) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.3,
+             lambda: compare(lambda: Adam(1e-3), lambda: keras.optimizers.legacy.Adam(1e-3))),
+        Case("template Adam (plain TF ops) / fused Adam, 8M f32", "tf_keras legacy Adam", 6.0,
+             lambda: compare(lambda: Adam(1e-3, jit_compile=False), lambda: keras.optimizers.legacy.Adam(1e-3))),
+    ]

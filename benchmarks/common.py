@@ -1,0 +1,75 @@
+"""Shared benchmark helpers: problems, timing, and the case record.
+
+Every benchmark module ``benchmarks/bench_*.py`` defines ``cases() -> list[Case]``.
+``Case.run()`` times our optimizer and its peer *in the same process run* and
+returns ``(ours_seconds, peer_seconds)``; ``benchmarks/run.py`` prints ratios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+@dataclasses.dataclass
+class Case:
+    name: str  # what is compared, e.g. "template Adam / fused Adam, 8M float32"
+    peer: str  # the peer's name, e.g. "tf_keras legacy Adam"
+    goal: float  # the ratio ours/peer must not exceed
+    run: Callable[[], tuple[float, float]]
+
+
+def median_step_seconds(step: Callable[[], object], warmup: int = 3, repeats: int = 15) -> float:
+    """Median wall time of ``step()`` (a tf.function), after ``warmup`` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def dense_problem(num_params: int = 8_000_000, num_vars: int = 8, seed: int = 0):
+    """``num_vars`` float32 variables totalling ``num_params`` and fixed gradients."""
+    rng = np.random.RandomState(seed)
+    size = num_params // num_vars
+    shapes = [(size // 1000, 1000)] * num_vars
+    variables = [tf.Variable(rng.randn(*s).astype("float32")) for s in shapes]
+    grads = [tf.constant(rng.randn(*s).astype("float32")) for s in shapes]
+    return variables, grads
+
+
+def train_step(optimizer, variables, grads) -> Callable[[], object]:
+    """A tf.function that applies ``grads`` to ``variables`` once."""
+
+    @tf.function
+    def step():
+        optimizer.apply_gradients(zip(grads, variables))
+
+    return step
+
+
+def compare(make_ours: Callable[[], object], make_peer: Callable[[], object], repeats: int = 15,
+            problem: Callable[[], tuple] = dense_problem) -> tuple[float, float]:
+    """Time ours and the peer on separate copies of the same problem, interleaved."""
+    ours_vars, grads = problem()
+    peer_vars, _ = problem()
+    ours = train_step(make_ours(), ours_vars, grads)
+    peer = train_step(make_peer(), peer_vars, grads)
+    ours_t, peer_t = [], []
+    for _ in range(3):  # interleave rounds so drift hits both sides alike
+        ours_t.append(median_step_seconds(ours, repeats=repeats // 3 or 1))
+        peer_t.append(median_step_seconds(peer, repeats=repeats // 3 or 1))
+    return min(ours_t), min(peer_t)

@@ -1,0 +1,53 @@
+"""Run every ``benchmarks/bench_*.py`` case and print ours/peer ratios.
+
+Usage: ``make bench`` (or ``python benchmarks/run.py [substring]``).
+Writes ``bench_output/results.json`` for the docs' benchmark page.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from benchmarks.common import Case  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    pattern = argv[1] if len(argv) > 1 else ""
+    modules = sorted(f[:-3] for f in os.listdir(HERE) if f.startswith("bench_") and f.endswith(".py"))
+    cases: list[Case] = []
+    for name in modules:
+        cases.extend(importlib.import_module(f"benchmarks.{name}").cases())
+    rows = []
+    header = f"{'case':58} {'ours ms':>9} {'peer ms':>9} {'ratio':>7} {'goal':>6}  peer"
+    print(header)
+    print("-" * len(header))
+    for case in cases:
+        if pattern not in case.name:
+            continue
+        ours, peer = case.run()
+        ratio = ours / peer
+        ok = "ok" if ratio <= case.goal else "MISSED"
+        print(f"{case.name:58} {ours * 1e3:9.2f} {peer * 1e3:9.2f} {ratio:7.2f} {case.goal:6.2f}  {case.peer} [{ok}]",
+              flush=True)
+        rows.append(dict(case=case.name, peer=case.peer, ours_ms=ours * 1e3, peer_ms=peer * 1e3, ratio=ratio,
+                         goal=case.goal, met=ratio <= case.goal))
+    os.makedirs("bench_output", exist_ok=True)
+    machine = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(), python=platform.python_version())
+    import tensorflow as tf
+
+    machine["tensorflow"] = tf.__version__
+    with open(os.path.join("bench_output", "results.json"), "w") as f:
+        json.dump(dict(machine=machine, rows=rows), f, indent=2)
+    print(f"\nmachine: {machine}\nwrote bench_output/results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

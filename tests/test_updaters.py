@@ -1,0 +1,208 @@
+"""Variable updaters: DESIGN.md's six steps, checked one by one."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import keras
+from examples import SGD, Adam
+
+import optimizers
+import slots
+
+
+def _pair(value, grad):
+    return tf.constant(grad, tf.float32), tf.Variable(value, dtype=tf.float32)
+
+
+def test_overwrite_dense_ignores_learning_rate_and_gets_no_slots():
+    grad, scale = _pair([1.0, 2.0], [5.0, -3.0])
+    kgrad, kernel = _pair([1.0, 1.0], [1.0, 1.0])
+    opt = Adam(learning_rate=0.5, updaters={scale.ref(): optimizers.OverwriteWithGradient()})
+    opt.apply_gradients([(grad, scale), (kgrad, kernel)])
+    np.testing.assert_array_equal(scale.numpy(), [5.0, -3.0])
+    # Adam's own slots exist for the kernel only: 2 slots x 2 float32 elements.
+    assert slots.slot_memory(opt) == {"m": 8, "v": 8}
+    with pytest.raises(KeyError):
+        opt.get_slot(scale, "m")
+
+
+def test_overwrite_sparse_overwrites_only_touched_rows_summing_repeats():
+    table = tf.Variable(np.zeros((4, 2), np.float32))
+    optimizers.set_updater(table, optimizers.OverwriteWithGradient())
+    grad = tf.IndexedSlices(tf.constant([[1.0, 1.0], [2.0, 3.0], [4.0, 4.0]]), tf.constant([3, 1, 3]),
+                            tf.constant([4, 2]))
+    SGD(learning_rate=0.1).apply_gradients([(grad, table)])
+    np.testing.assert_array_equal(table.numpy(), [[0, 0], [2, 3], [0, 0], [5, 5]])
+
+
+def test_frozen_variable_does_not_move_and_ordinary_one_does():
+    frozen = tf.Variable([1.0, 2.0], name="frozen_w")
+    free = tf.Variable([1.0, 2.0], name="free_w")
+    opt = SGD(learning_rate=0.5, momentum=0.9, updaters={"frozen": optimizers.Frozen()})
+    for _ in range(2):
+        opt.apply_gradients([(tf.constant([1.0, 1.0]), frozen), (tf.constant([1.0, 1.0]), free)])
+    np.testing.assert_array_equal(frozen.numpy(), [1.0, 2.0])
+    # numpy reference for the free variable: two momentum steps.
+    v = -0.5 * np.ones(2)
+    expected = np.array([1.0, 2.0]) + v
+    v = 0.9 * v - 0.5
+    expected = expected + v
+    np.testing.assert_allclose(free.numpy(), expected, rtol=1e-6)
+    assert slots.slot_memory(opt) == {"momentum": 8}
+
+
+def test_all_updater_step_still_advances_iterations():
+    a = tf.Variable([1.0])
+    b = tf.Variable([1.0])
+    opt = Adam(updaters=[(a, optimizers.Frozen()), (b, optimizers.OverwriteWithGradient())])
+
+    @tf.function
+    def step():
+        opt.apply_gradients([(tf.constant([3.0]), a), (tf.constant([4.0]), b)])
+
+    step()
+    step()
+    assert int(opt.iterations.numpy()) == 2
+    assert slots.slot_memory(opt) == {}
+    np.testing.assert_array_equal(b.numpy(), [4.0])
+
+
+def test_keras3_overwrite_with_gradient_attribute():
+    var = tf.Variable([0.0, 0.0])
+    var.overwrite_with_gradient = True
+    opt = SGD(learning_rate=0.1)
+    opt.apply_gradients([(tf.constant([7.0, 8.0]), var)])
+    np.testing.assert_array_equal(var.numpy(), [7.0, 8.0])
+    assert isinstance(optimizers.get_updater(var), optimizers.OverwriteWithGradient)
+
+
+def test_lookup_order_mapping_then_attached_then_attribute():
+    var = tf.Variable([1.0], name="stat")
+    var.overwrite_with_gradient = True
+    assert isinstance(optimizers.get_updater(var), optimizers.OverwriteWithGradient)
+    optimizers.set_updater(var, optimizers.Frozen())
+    assert isinstance(optimizers.get_updater(var), optimizers.Frozen)
+    opt = SGD(updaters={"st.t": optimizers.OverwriteWithGradient(reduction="max")})
+    assert opt.updater_for(var) == optimizers.OverwriteWithGradient(reduction="max")
+    optimizers.set_updater(var, None)
+    assert isinstance(optimizers.get_updater(var), optimizers.OverwriteWithGradient)
+
+
+def test_updater_variables_are_exempt_from_clipping_and_weight_decay():
+    stat = tf.Variable([0.0, 0.0])
+    weight = tf.Variable([1.0, 1.0])
+    opt = SGD(learning_rate=1.0, clipvalue=0.5, weight_decay=0.1,
+              updaters={stat.ref(): optimizers.OverwriteWithGradient()})
+    opt.apply_gradients([(tf.constant([10.0, -10.0]), stat), (tf.constant([10.0, -10.0]), weight)])
+    np.testing.assert_array_equal(stat.numpy(), [10.0, -10.0])  # neither clipped nor decayed
+    # weight: decayed by 10% (TFA rule), then the clipped gradient (+-0.5) applied with lr 1.
+    np.testing.assert_allclose(weight.numpy(), [0.9 - 0.5, 0.9 + 0.5], rtol=1e-6)
+
+
+def test_global_clipnorm_counts_ordinary_gradients_only():
+    stat = tf.Variable([0.0])
+    weight = tf.Variable([0.0, 0.0])
+    opt = SGD(learning_rate=1.0, global_clipnorm=1.0, updaters={stat.ref(): optimizers.OverwriteWithGradient()})
+    opt.apply_gradients([(tf.constant([100.0]), stat), (tf.constant([3.0, 4.0]), weight)])
+    np.testing.assert_allclose(weight.numpy(), [-0.6, -0.8], rtol=1e-6)
+
+
+def test_rowwise_adagrad_dense_equals_sparse_with_all_rows_and_uses_one_number_per_row():
+    init = np.arange(12, dtype=np.float32).reshape(4, 3)
+    grads = np.random.RandomState(1).randn(4, 3).astype(np.float32)
+    dense_var, sparse_var = tf.Variable(init), tf.Variable(init)
+    updater = optimizers.RowwiseAdagrad(learning_rate=0.1)
+    opt_dense, opt_sparse = SGD(updaters={dense_var.ref(): updater}), SGD(updaters={sparse_var.ref(): updater})
+    opt_dense.apply_gradients([(tf.constant(grads), dense_var)])
+    opt_sparse.apply_gradients([(tf.IndexedSlices(tf.constant(grads), tf.range(4), tf.constant([4, 3])),
+                                 sparse_var)])
+    np.testing.assert_allclose(dense_var.numpy(), sparse_var.numpy(), rtol=1e-6)
+    acc = 0.1 + np.mean(grads**2, axis=1, keepdims=True)
+    np.testing.assert_allclose(dense_var.numpy(), init - 0.1 * grads / (np.sqrt(acc) + 1e-7), rtol=1e-6)
+    assert slots.slot_memory(opt_dense) == {"RowwiseAdagrad/accumulator": 4 * 4}
+
+
+@pytest.mark.parametrize("reduction", ["mean", "max"])
+def test_mirrored_overwrite_receives_mean_or_max_not_sum(mirrored, reduction):
+    with mirrored.scope():
+        stat = tf.Variable([0.0, 0.0])
+        weight = tf.Variable([0.0, 0.0])
+        opt = SGD(learning_rate=1.0, updaters={stat.ref(): optimizers.OverwriteWithGradient(reduction)})
+
+    def replica_step():
+        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+        value = tf.stack([1.0 + replica, 10.0 - 4.0 * replica])  # replica 0: [1, 10]; replica 1: [2, 6]
+        opt.apply_gradients([(value, stat), (value, weight)])
+
+    tf.function(lambda: mirrored.run(replica_step))()
+    expected = [1.5, 8.0] if reduction == "mean" else [2.0, 10.0]
+    for component in mirrored.experimental_local_results(stat):
+        np.testing.assert_array_equal(component.numpy(), expected)
+    # Ordinary gradients are summed across replicas (Keras 2 default).
+    for component in mirrored.experimental_local_results(weight):
+        np.testing.assert_array_equal(component.numpy(), [-3.0, -16.0])
+    assert int(opt.iterations.numpy()) == 1
+
+
+def test_mirrored_lookup_by_attribute_and_regex(mirrored):
+    with mirrored.scope():
+        by_attr = tf.Variable([0.0], name="by_attr")
+        by_regex = tf.Variable([0.0], name="amax_history")
+        opt = Adam(updaters={"amax": optimizers.OverwriteWithGradient(reduction="max")})
+    optimizers.set_updater(by_attr, optimizers.OverwriteWithGradient())
+
+    def replica_step():
+        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+        opt.apply_gradients([(tf.stack([replica + 1.0]), by_attr), (tf.stack([replica + 1.0]), by_regex)])
+
+    mirrored.run(replica_step)
+    for component in mirrored.experimental_local_results(by_attr):
+        np.testing.assert_array_equal(component.numpy(), [1.5])
+    for component in mirrored.experimental_local_results(by_regex):
+        np.testing.assert_array_equal(component.numpy(), [2.0])
+    assert slots.slot_memory(opt) == {}
+
+
+def test_updaters_config_round_trip_for_regex_keys():
+    opt = SGD(updaters={"scale$": optimizers.OverwriteWithGradient("max"), "emb": optimizers.RowwiseAdagrad(0.2)})
+    again = SGD.from_config(opt.get_config())
+    assert again.get_config() == opt.get_config()
+    assert again._updater_patterns["emb"] == optimizers.RowwiseAdagrad(0.2)
+
+
+class NotAnUpdater:
+    pass
+
+
+@pytest.mark.parametrize("bad", [NotAnUpdater(), "overwrite", None, 3])
+def test_bad_updater_types_raise_type_error_naming_updater(bad):
+    var = tf.Variable([1.0])
+    with pytest.raises(TypeError, match=r"`updater` must be a VariableUpdater.*Received: updater="):
+        SGD(updaters={var.ref(): bad})
+    if bad is not None:
+        with pytest.raises(TypeError, match="`updater`"):
+            optimizers.set_updater(var, bad)
+    assert optimizers.get_updater(var) is None
+
+
+def test_bad_updater_mapping_and_patterns():
+    with pytest.raises(TypeError, match="`updaters` must be a mapping"):
+        SGD(updaters=[optimizers.Frozen()])
+    with pytest.raises(ValueError, match=r"not a valid regex.*Received: updaters="):
+        SGD(updaters={"(": optimizers.Frozen()})
+    with pytest.raises(TypeError, match=r"keys must be variables \(var.ref\(\) in a dict\) or regex strings"):
+        SGD(updaters={3: optimizers.Frozen()})
+    with pytest.raises(ValueError, match=r"`reduction` must be 'mean' or 'max'. Received: reduction='sum'"):
+        optimizers.OverwriteWithGradient(reduction="sum")
+
+
+def test_model_fit_with_frozen_layer_and_overwrite_statistic():
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(4, name="frozen_dense"),
+                              keras.layers.Dense(1, name="head")])
+    frozen_before = [w.numpy().copy() for w in model.get_layer("frozen_dense").weights]
+    model.compile(optimizer=Adam(0.01, updaters={"frozen_dense": optimizers.Frozen()}), loss="mse")
+    x = np.random.RandomState(0).randn(32, 3).astype("float32")
+    model.fit(x, x[:, :1], epochs=2, verbose=0)
+    for before, after in zip(frozen_before, model.get_layer("frozen_dense").weights):
+        np.testing.assert_array_equal(before, after.numpy())
+    assert set(slots.slot_memory(model.optimizer)) == {"m", "v"}

@@ -62,9 +62,13 @@ class Adam(optimizers.CustomOptimizerV2):
 
     def update_dense(self, grad, var, slots, coefficients):
         m, v = slots["m"], slots["v"]
-        m.assign_add((grad - m) * (1 - coefficients["beta_1"]))
-        v.assign_add((tf.square(grad) - v) * (1 - coefficients["beta_2"]))
-        denominator = v
+        # Compute every new value first, then assign: one fused pass under XLA.
+        new_m = m + (grad - m) * (1 - coefficients["beta_1"])
+        new_v = v + (tf.square(grad) - v) * (1 - coefficients["beta_2"])
+        denominator = new_v
         if self.amsgrad:
-            denominator = slots["vhat"].assign(tf.maximum(slots["vhat"], v))
-        return var.assign_sub(coefficients["alpha"] * m / (tf.sqrt(denominator) + coefficients["epsilon"]))
+            denominator = tf.maximum(slots["vhat"], new_v)
+            slots["vhat"].assign(denominator)
+        m.assign(new_m)
+        v.assign(new_v)
+        return var.assign_sub(coefficients["alpha"] * new_m / (tf.sqrt(denominator) + coefficients["epsilon"]))

@@ -1,0 +1,151 @@
+"""Bad input: each error names the argument, repeats the value received, and
+leaves the optimizer and the variables unchanged."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import TF_VERSION
+from examples import SGD, Adam
+
+import optimizers
+import slots
+
+CONSTRUCTOR_CASES = [
+    # (constructor kwargs, exception, regex that must appear in the message)
+    (dict(foo=1), TypeError, r"unexpected keyword argument `foo`. Received: foo=1"),
+    (dict(learning_rate=-1.0), ValueError, r"`learning_rate` must be in \[0.0, inf\]. Received: learning_rate=-1.0"),
+    (dict(beta_1=1.5), ValueError, r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.5"),
+    (dict(beta_1=1.0), ValueError, r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.0"),
+    (dict(beta_2=math.nan), ValueError, r"`beta_2` must not be NaN. Received: beta_2=nan"),
+    (dict(learning_rate="fast"), TypeError, r"`learning_rate` must be a float.*Received: learning_rate='fast'"),
+    (dict(learning_rate=True), TypeError, r"Received: learning_rate=True"),
+    (dict(learning_rate=None), TypeError, r"Received: learning_rate=None"),
+    (dict(learning_rate=tf.constant([0.1, 0.2])), TypeError, r"`learning_rate` must be a scalar float tensor"),
+    (dict(beta_1=tf.constant(2.0)), ValueError, r"`beta_1` must be in \[0.0, 1.0\).*Received: beta_1=<tf.Tensor"),
+    (dict(epsilon=-1e-7), ValueError, r"`epsilon` must be in \[0.0, inf\]. Received: epsilon=-1e-07"),
+    (dict(clipnorm=-1.0), ValueError, r"`clipnorm` must be in \[0.0, inf\]. Received: clipnorm=-1.0"),
+    (dict(clipvalue="big"), TypeError, r"Received: clipvalue='big'"),
+    (dict(global_clipnorm=math.nan), ValueError, r"`global_clipnorm` must not be NaN"),
+    (dict(decay=-0.5), ValueError, r"`decay` must be in \[0.0, inf\]. Received: decay=-0.5"),
+    (dict(clipnorm=1.0, global_clipnorm=1.0), ValueError, r"`clipnorm`=1.0, `global_clipnorm`=1.0"),
+    (dict(name=""), ValueError, r"`name` must be a non-empty string. Received: name=''"),
+    (dict(jit_compile="yes"), TypeError, r"`jit_compile` must be a bool. Received: jit_compile='yes'"),
+    (dict(weight_decay=-0.1), ValueError, r"`weight_decay` must be in \[0.0, inf\]. Received: weight_decay=-0.1"),
+    (dict(weight_decay="l2"), TypeError, r"Received: weight_decay='l2'"),
+    (dict(exclude_from_weight_decay=["bias"]), ValueError,
+     r"needs a `weight_decay`. Received: weight_decay=None, exclude_from_weight_decay=\['bias'\]"),
+    (dict(weight_decay=0.1, exclude_from_weight_decay="bias"), TypeError,
+     r"must be a list of regex strings. Received: exclude_from_weight_decay='bias'"),
+    (dict(weight_decay=0.1, exclude_from_weight_decay=["("]), ValueError, r"invalid regex '\('"),
+    (dict(weight_decay=0.1, scale_weight_decay_by_lr="yes"), TypeError,
+     r"Received: scale_weight_decay_by_lr='yes'"),
+    (dict(updaters="all"), TypeError, r"`updaters` must be a mapping.*Received: updaters='all'"),
+    (dict(updaters={"(": optimizers.Frozen()}), ValueError, r"not a valid regex"),
+    (dict(updaters={"w": "overwrite"}), TypeError, r"`updater` must be a VariableUpdater.*Received: updater='overwrite'"),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, message", CONSTRUCTOR_CASES, ids=lambda c: str(c)[:40])
+def test_constructor_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Adam(**kwargs)
+
+
+def _state(opt, var):
+    return int(opt.iterations.numpy()), var.numpy().copy(), dict(slots.slot_memory(opt))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_wrong_gradient_shape_leaves_everything_unchanged(mode):
+    var = tf.Variable(np.ones((2, 2), np.float32))
+    opt = Adam(0.1)
+    opt.apply_gradients([(tf.ones((2, 2)), var)])
+    before = _state(opt, var)
+    apply = opt.apply_gradients if mode == "eager" else tf.function(lambda pairs: opt.apply_gradients(pairs) and None)
+    with pytest.raises(ValueError, match=r"gradient of variable .* \(shape \(2, 2\)\) has an incompatible shape. "
+                                         r"Received: grad=<tf.Tensor"):
+        apply([(tf.ones((3,)), var)])
+    after = _state(opt, var)
+    assert before[0] == after[0] and before[2] == after[2]
+    np.testing.assert_array_equal(before[1], after[1])
+
+
+def test_sparse_gradient_with_wrong_row_shape():
+    var = tf.Variable(np.ones((4, 2), np.float32))
+    grad = tf.IndexedSlices(tf.ones((1, 3)), tf.constant([0]), tf.constant([4, 3]))
+    with pytest.raises(ValueError, match="incompatible shape"):
+        SGD().apply_gradients([(grad, var)])
+    np.testing.assert_array_equal(var.numpy(), np.ones((4, 2)))
+
+
+def test_integer_variable_is_refused():
+    var = tf.Variable([1, 2])
+    opt = SGD()
+    with pytest.raises(ValueError, match=r"has dtype int32; optimizers update floating point variables only"):
+        opt.apply_gradients([(tf.constant([1, 1]), var)])
+    assert slots.slot_memory(opt) == {}
+
+
+def test_malformed_pairs():
+    with pytest.raises(TypeError, match=r"must hold \(gradient, variable\) pairs. Received: "):
+        SGD().apply_gradients([tf.constant(1.0)])
+    with pytest.raises(TypeError, match=r"Only tf.Variable objects can be updated. Received: var="):
+        SGD().apply_gradients([(tf.constant(1.0), tf.constant(2.0))])
+
+
+def test_bad_attribute_assignment_keeps_old_value():
+    opt = Adam(beta_1=0.8)
+    with pytest.raises(ValueError, match=r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=-0.1"):
+        opt.beta_1 = -0.1
+    assert float(opt.beta_1) == pytest.approx(0.8)
+
+
+@pytest.mark.default_stack_only
+@pytest.mark.skipif(TF_VERSION < (2, 16), reason="Keras 3 exists only beside TF >= 2.16")
+def test_keras3_variable_gets_a_hint_to_use_tf_keras():
+    import keras as keras3
+
+    var = keras3.Variable([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"Keras 3 variable.*import tf_keras as keras"):
+        SGD().apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    model = keras3.Sequential([keras3.layers.Input((2,)), keras3.layers.Dense(1)])
+    with pytest.raises(TypeError, match=r"Keras 3 object.*tf-keras"):
+        optimizers.check_keras2_model(model)
+    # Keras 3's own compile error repeats our repr, which says what we are.
+    with pytest.raises(ValueError, match=r"a Keras 2 \(OptimizerV2\) optimizer"):
+        model.compile(optimizer=SGD(), loss="mse")
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: slots.SlotSpec(""), ValueError, r"`name` must be a non-empty string. Received: name=''"),
+    (lambda: slots.as_slot_specs(["m", "m"]), ValueError, r"Slot names must be unique. Received: \['m', 'm'\]"),
+    (lambda: slots.as_slot_specs([3]), TypeError, r"SlotSpec or str values. Received: 3"),
+    (lambda: optimizers.RowwiseAdagrad(learning_rate=-1), ValueError,
+     r"`learning_rate` must be a number >= 0. Received: learning_rate=-1"),
+    (lambda: optimizers.set_updater(tf.constant(1.0), optimizers.Frozen()), TypeError,
+     r"`var` must be a tf.Variable. Received: var="),
+    (lambda: optimizers.OverwriteWithGradient("min"), ValueError, r"Received: reduction='min'"),
+])
+def test_other_errors(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_missing_update_dense_says_what_to_implement():
+    class Empty(optimizers.CustomOptimizerV2):
+        def __init__(self, name="Empty", **kwargs):
+            super().__init__(name, **kwargs)
+
+    with pytest.raises(NotImplementedError, match=r"must implement update_dense\(grad, var, slots, coefficients\)"):
+        Empty().apply_gradients([(tf.constant([1.0]), tf.Variable([1.0]))])
+
+
+def test_unstored_constructor_argument_is_reported_by_get_config():
+    class Forgetful(SGD):
+        def __init__(self, learning_rate=0.01, flavour="x", name="Forgetful", **kwargs):
+            super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+
+    with pytest.raises(NotImplementedError, match=r"cannot find constructor argument `flavour`"):
+        Forgetful().get_config()

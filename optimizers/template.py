@@ -341,7 +341,7 @@ class CustomOptimizerV2(OptimizerV2):
         decay = self._decays(handle)
         if self.jit_compile and type(handle).__name__ == "ResourceVariable":
             if self._jit_step is None:
-                self._jit_step = tf.function(self._dense_step, jit_compile=True, reduce_retracing=True)
+                self._jit_step = tf.function(self._dense_step, jit_compile=True, reduce_retracing=False)
             return self._jit_step(grad, handle, var_slots, coefficients, decay)
         return self._dense_step(grad, handle, var_slots, coefficients, decay)
 

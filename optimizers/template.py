@@ -185,7 +185,7 @@ class CustomOptimizerV2(OptimizerV2):
         self._weight_decay = decay
         self._decay_var_keys: set | None = None
         self._specs_cache: tuple[slots_lib.SlotSpec, ...] | None = None
-        self._jit_step: Any = None
+        self._jit_steps: dict = {}  # one XLA function per (shape, dtype, decay): no retracing
         if decay is not None:
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
 
@@ -340,9 +340,10 @@ class CustomOptimizerV2(OptimizerV2):
         var_slots = slots_lib.get_slots(self, handle, self._specs())
         decay = self._decays(handle)
         if self.jit_compile and type(handle).__name__ == "ResourceVariable":
-            if self._jit_step is None:
-                self._jit_step = tf.function(self._dense_step, jit_compile=True, reduce_retracing=False)
-            return self._jit_step(grad, handle, var_slots, coefficients, decay)
+            key = (tuple(handle.shape.as_list()), handle.dtype, decay)
+            if key not in self._jit_steps:
+                self._jit_steps[key] = tf.function(self._dense_step, jit_compile=True)
+            return self._jit_steps[key](grad, handle, var_slots, coefficients, decay)
         return self._dense_step(grad, handle, var_slots, coefficients, decay)
 
     def _resource_apply_sparse(self, grad: tf.Tensor, handle: tf.Variable, indices: tf.Tensor,

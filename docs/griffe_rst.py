@@ -3,7 +3,8 @@
 The library's docstrings are Google style with reStructuredText math and roles
 (they read well in ``help()``). Before griffe parses them, this turns
 
-* ``.. math::`` blocks into ``$$ ... $$`` blocks (``aligned`` when they hold ``&``),
+* ``.. math::`` blocks into ``$$ ... $$`` blocks (``aligned`` when they hold ``&``;
+  ``align*`` becomes ``aligned``, which display math accepts),
 * ``:math:`x``` into ``\\(x\\)`` (both rendered by ``pymdownx.arithmatex``),
 * ``:class:`X```, ``:meth:`X```, ``:func:`X```... into code spans,
 * ``>>>`` doctest blocks outside an ``Examples:`` section into ``pycon`` fences,
@@ -36,6 +37,8 @@ def _math_block(indent: str, body: list[str]) -> list[str]:
     lines = text.splitlines()
     margin = min((_indent(line) for line in lines if line.strip()), default=0)
     lines = [line[margin:] for line in lines]
+    # align/align* cannot sit inside display math (MathJax rejects the nesting): use aligned.
+    lines = [re.sub(r"\\(begin|end)\{align\*?\}", r"\\\1{aligned}", line) for line in lines]
     joined = "\n".join(lines)
     if ("&" in joined or "\\\\" in joined) and not joined.lstrip().startswith("\\begin"):
         lines = ["\\begin{aligned}", *lines, "\\end{aligned}"]

@@ -309,7 +309,10 @@ class CustomOptimizerV2(OptimizerV2):
         super()._prepare_local(var_device, var_dtype, apply_state)
         coefficients = apply_state[(var_device, var_dtype)]
         for name in self._hyper_checks:
-            coefficients[name] = tf.identity(self.hyperparameter(name, var_dtype))
+            if name == "learning_rate":  # the base class just computed it, decay included
+                coefficients[name] = coefficients["lr_t"]
+            else:
+                coefficients[name] = tf.identity(self.hyperparameter(name, var_dtype))
         coefficients["step"] = tf.cast(self.iterations + 1, var_dtype)
         if self._weight_decay is not None:
             self._weight_decay.prepare(coefficients)

@@ -33,3 +33,68 @@ def adam(param, grad, slots, lr, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad
         vhat = np.maximum(slots.get("vhat", np.zeros_like(param)), v)
         out["vhat"] = denominator = vhat
     return param - alpha * m / (np.sqrt(denominator) + epsilon), out
+
+
+def decay(param, factor, rows=None):
+    """Decoupled weight decay ``param -= factor * param`` (only ``rows`` when given)."""
+    param = param.copy()
+    if rows is None:
+        param -= factor * param
+    else:
+        rows = np.unique(rows)
+        param[rows] -= factor * param[rows]
+    return param
+
+
+def on_rows(rule, rows, param, grad, slots, **hyper):
+    """Lazy sparse semantics: ``rule`` on ``rows`` only; other rows and their slots stay as they are."""
+    rows = np.unique(rows)
+    new_rows, new_slots = rule(param[rows], grad[rows], {k: s[rows] for k, s in slots.items()}, **hyper)
+    param = param.copy()
+    param[rows] = new_rows
+    out = {}
+    for name, value in new_slots.items():
+        full = slots.get(name, np.zeros_like(param)).copy()
+        full[rows] = value
+        out[name] = full
+    return param, out
+
+
+def adamw(param, grad, slots, lr, weight_decay, scale_by_lr=False, rows=None, lazy=False, **adam_hyper):
+    """Decay (all rows, or the touched ``rows`` of a sparse step), then Adam (lazy: touched rows only)."""
+    param = decay(param, weight_decay * lr if scale_by_lr else weight_decay, rows)
+    if lazy and rows is not None:
+        return on_rows(adam, rows, param, grad, slots, lr=lr, **adam_hyper)
+    return adam(param, grad, slots, lr, **adam_hyper)
+
+
+def sgdw(param, grad, slots, lr, weight_decay, scale_by_lr=False, rows=None, momentum=0.0, nesterov=False,
+         step=None):
+    """Decay, then SGD; a sparse step touches only its rows, velocity included (Keras 2's sparse momentum)."""
+    param = decay(param, weight_decay * lr if scale_by_lr else weight_decay, rows)
+    if rows is not None:
+        return on_rows(sgd, rows, param, grad, slots, lr=lr, momentum=momentum, nesterov=nesterov)
+    return sgd(param, grad, slots, lr, momentum, nesterov)
+
+
+def moving_average_decay(step, average_decay=0.99, num_updates=None, start_step=0, dynamic_decay=False):
+    """The decay (float32) of the average update after ``step`` earlier steps (TFA's rules)."""
+    f32 = np.float32
+    step = f32(step)
+    if step < start_step:
+        return f32(0.0)
+    decay = f32(average_decay)
+    if num_updates is not None:
+        n = f32(num_updates)
+        decay = min(decay, (f32(1.0) + n) / (f32(10.0) + n))
+    if dynamic_decay:
+        count = step - f32(start_step)
+        decay = min(decay, (f32(1.0) + count) / (f32(10.0) + count))
+    return f32(decay)
+
+
+def moving_average(average, param, decay):
+    """One update of the average towards the new ``param``: ``a - (a - param) * (1 - decay)``."""
+    decay = np.asarray(decay).astype(average.dtype)
+    one = np.asarray(1).astype(average.dtype)
+    return average - (average - param) * (one - decay)

@@ -334,6 +334,12 @@ class CustomOptimizerV2(OptimizerV2):
             self._weight_decay.decay_dense(var, coefficients)
         return self.update_dense(grad, var, slots, coefficients)
 
+    def _jit_dense_step(self, grad, var, slots, coefficients, decay):
+        self._dense_step(grad, var, slots, coefficients, decay)
+        # Return a token, not the variable's new value: returning it would make
+        # XLA copy the whole variable out of the compiled function.
+        return tf.constant(True)
+
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict) -> Any:
         updater = self.updater_for(handle)
         if updater is not None:
@@ -345,7 +351,7 @@ class CustomOptimizerV2(OptimizerV2):
         if self.jit_compile and type(handle).__name__ == "ResourceVariable":
             key = (tuple(handle.shape.as_list()), handle.dtype, decay)
             if key not in self._jit_steps:
-                self._jit_steps[key] = tf.function(self._dense_step, jit_compile=True)
+                self._jit_steps[key] = tf.function(self._jit_dense_step, jit_compile=True)
             return self._jit_steps[key](grad, handle, var_slots, coefficients, decay)
         return self._dense_step(grad, handle, var_slots, coefficients, decay)
 

@@ -43,7 +43,7 @@ def test_mkdocs_build_strict(tmp_path):
 def test_page_examples_run(page, capsys):
     namespace: dict = {"__name__": f"docs_{page[:-3]}"}
     blocks = BLOCK.findall(open(os.path.join(DOCS, page)).read())
-    for number, (indent, code) in enumerate(blocks, start=1):
+    for number, (_indent, code) in enumerate(blocks, start=1):
         code = textwrap.dedent(code)
         try:
             exec(compile(code, f"{page}, python block {number}", "exec"), namespace)

@@ -4,7 +4,9 @@ Public names (one list, here):
 """
 
 from optimizers.adamw import AdamW
+from optimizers.callbacks import MovingAverageCallback, averaged_weights
 from optimizers.keras_compat import TF_VERSION, check_keras2_model, keras
+from optimizers.moving_average import MovingAverage
 from optimizers.sgdw import SGDW
 from optimizers.template import CustomOptimizerV2, variable_key
 from optimizers.tfa_compat import TFA_NAMES  # importing it registers TFA's saved names ("Addons>AdamW", ...)
@@ -24,6 +26,9 @@ __all__ = [
     "TFA_NAMES",
     "TF_VERSION",
     "CustomOptimizerV2",
+    "MovingAverage",
+    "MovingAverageCallback",
+    "averaged_weights",
     "DecoupledWeightDecay",
     "Frozen",
     "OverwriteWithGradient",

@@ -1,0 +1,84 @@
+"""AdamW: dense step vs tf_keras's fused Adam; lazy sparse step on a large vs a small table.
+
+* Dense: ``AdamW`` (decay + Adam, XLA-compiled per variable) against tf_keras's
+  legacy ``Adam`` (one fused C++ kernel, no decay at all) on the same ~8M
+  float32 parameters. Goal <= 1.3.
+* Sparse, ``lazy=True``: the same 4096 touched rows (out of a 1M-row and a
+  16k-row table); ratio of the step times, goal <= 2: the step's cost follows
+  the touched rows, not the table. The default (non-lazy) sparse AdamW, whose
+  moments decay on every row like Keras 2's and TFA's Adam, is printed for
+  comparison (no goal).
+* ``python benchmarks/bench_adamw.py --tfa`` (run by ``make bench`` when
+  .venv-tf215 exists) times TFA's AdamW against the fused Adam in the TF 2.15
+  environment, the number this library's dense AdamW replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from benchmarks.common import Case, compare, median_step_seconds
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
+TOUCHED, WIDTH = 4096, 32
+
+
+def sparse_step_seconds(make_optimizer, rows: int, repeats: int = 15) -> float:
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.RandomState(0)
+    table = tf.Variable(tf.zeros((rows, WIDTH)))
+    indices = tf.constant(rng.choice(rows, TOUCHED, replace=False).astype("int64"))
+    grad = tf.IndexedSlices(tf.constant(rng.randn(TOUCHED, WIDTH).astype("float32")), indices,
+                            tf.constant([rows, WIDTH], tf.int64))
+    optimizer = make_optimizer()
+
+    @tf.function
+    def step():
+        optimizer.apply_gradients([(grad, table)])
+
+    return median_step_seconds(step, repeats=repeats)
+
+
+def sparse_ratio(make_optimizer) -> tuple[float, float]:
+    big, small = [], []
+    for _ in range(3):  # interleaved rounds, as benchmarks.common.compare
+        big.append(sparse_step_seconds(make_optimizer, 1_000_000, repeats=5))
+        small.append(sparse_step_seconds(make_optimizer, 16_384, repeats=5))
+    return min(big), min(small)
+
+
+def cases() -> list[Case]:
+    from optimizers import AdamW, keras
+
+    out = [
+        Case("AdamW (XLA per variable) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.3,
+             lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3))),
+        Case("AdamW lazy sparse: 1M-row / 16k-row table, 4096 rows", "same optimizer, 16k rows", 2.0,
+             lambda: sparse_ratio(lambda: AdamW(1e-4, 1e-3, lazy=True))),
+        Case("AdamW default sparse: 1M-row / 16k-row (no goal)", "same optimizer, 16k rows", float("inf"),
+             lambda: sparse_ratio(lambda: AdamW(1e-4, 1e-3))),
+    ]
+    if os.path.exists(TFA_PYTHON):
+        out.append(Case("TFA AdamW / fused Adam, 8M f32 (TF 2.15, for reference)", "tf.keras 2.15 legacy Adam",
+                        float("inf"), tfa_peer))
+    return out
+
+
+def tfa_peer() -> tuple[float, float]:
+    """TFA's AdamW vs the fused Adam, timed in the TF 2.15 + TFA environment."""
+    result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa"], capture_output=True, text=True,
+                            cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
+    ours, peer = result.stdout.strip().splitlines()[-1].split()
+    return float(ours), float(peer)
+
+
+if __name__ == "__main__" and "--tfa" in sys.argv:
+    import tensorflow as tf
+    import tensorflow_addons as tfa
+
+    print(*compare(lambda: tfa.optimizers.AdamW(1e-4, 1e-3), lambda: tf.keras.optimizers.legacy.Adam(1e-3)))

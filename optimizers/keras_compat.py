@@ -10,6 +10,8 @@ Everything else in the library imports ``keras`` and ``tf`` from here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 TF_VERSION: tuple[int, int] = tuple(int(p) for p in tf.__version__.split(".")[:2])  # type: ignore[assignment]
@@ -57,3 +59,40 @@ def check_keras2_model(model: object) -> None:
     """Raise a ``TypeError`` saying what to import if ``model`` is a Keras 3 model."""
     if is_keras3_object(model):
         raise TypeError(f"Received a Keras 3 object: model={model!r}. {KERAS3_HINT}")
+
+
+def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:
+    """Let ``model.save`` keep our optimizers' state in ``.keras`` and SavedModel.
+
+    Two narrow additions to Keras 2 internals (both stacks), done once:
+
+    * ``saving_lib._is_keras_trackable`` also accepts objects for which
+      ``is_ours(obj)`` is true, so ``.keras`` saving calls their
+      ``save_own_variables``/``load_own_variables`` (it already does so for
+      layers and new-style optimizers);
+    * ``RestoredOptimizer.add_slot`` (the stand-in the SavedModel loader
+      revives an OptimizerV2 as) also calls ``record_restored_slot``, so the
+      optimizer ``load_model`` compiles can take the restored slots over.
+
+    See ``optimizers/saving.py``.
+    """
+    import importlib
+
+    root = "tf_keras.src" if TF_VERSION >= (2, 16) else "keras.src"
+    saving_lib = importlib.import_module(root + ".saving.saving_lib")
+    optimizer_v2 = importlib.import_module(root + ".optimizers.legacy.optimizer_v2")
+    keras_trackable = saving_lib._is_keras_trackable
+    if not getattr(keras_trackable, "_custom_optimizer_v2", False):
+        def _is_keras_trackable(obj: Any) -> bool:
+            return keras_trackable(obj) or is_ours(obj)
+
+        _is_keras_trackable._custom_optimizer_v2 = True  # type: ignore[attr-defined]
+        saving_lib._is_keras_trackable = _is_keras_trackable
+    restored = optimizer_v2.RestoredOptimizer
+    if "add_slot" not in restored.__dict__:
+        def add_slot(self: Any, var: Any, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:
+            slot = OptimizerV2.add_slot(self, var, slot_name, initializer, shape)
+            record_restored_slot(self, var, slot_name, slot)
+            return slot
+
+        restored.add_slot = add_slot

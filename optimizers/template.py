@@ -19,8 +19,16 @@ import numpy as np
 import tensorflow as tf
 
 import slots as slots_lib
+from optimizers import saving
 from optimizers import updaters as updaters_lib
-from optimizers.keras_compat import KERAS3_HINT, LearningRateSchedule, OptimizerV2, is_keras3_object, keras
+from optimizers.keras_compat import (
+    KERAS3_HINT,
+    LearningRateSchedule,
+    OptimizerV2,
+    install_saving_hooks,
+    is_keras3_object,
+    keras,
+)
 from optimizers.weight_decay import DecoupledWeightDecay
 
 __all__ = ["CustomOptimizerV2", "variable_key"]
@@ -502,6 +510,25 @@ class CustomOptimizerV2(OptimizerV2):
             config["updaters"] = {k: _deserialize_updater(v) for k, v in config["updaters"].items()}
         return cls(**config)
 
+    # ------------------------------------------------ state in .keras / SavedModel
+    def add_slot(self, var: tf.Variable, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:
+        """OptimizerV2's ``add_slot``; a slot loaded from ``.keras`` or a SavedModel
+        starts from its loaded value (see ``optimizers/saving.py``)."""
+        loaded = saving.initial_slot_value(self, var, slot_name)
+        if loaded is not None:
+            initializer = lambda shape, dtype: tf.constant(loaded, dtype)  # noqa: E731
+        slot = super().add_slot(var, slot_name, initializer, shape)
+        saving._slot_index(self)[(var.name, slot_name)] = slot
+        return slot
+
+    def save_own_variables(self, store: Any) -> None:
+        """Write ``iterations``, hyperparameters and slots (``.keras`` format)."""
+        saving.save_own_variables(self, store)
+
+    def load_own_variables(self, store: Any) -> None:
+        """Read what :meth:`save_own_variables` wrote; slots are filled when created."""
+        saving.load_own_variables(self, store)
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register every subclass, so ``load_model`` needs no ``custom_objects``."""
         super().__init_subclass__(**kwargs)
@@ -511,6 +538,9 @@ class CustomOptimizerV2(OptimizerV2):
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__} name={self._name!r}: a Keras 2 (OptimizerV2) optimizer>"
+
+
+install_saving_hooks(lambda obj: isinstance(obj, CustomOptimizerV2), saving.record_restored_slot)
 
 
 def _serialize_updater(updater: updaters_lib.VariableUpdater) -> dict:

@@ -15,7 +15,7 @@ When TFA itself is installed and imported, its own classes keep their names
 (registration here never replaces an existing entry).
 
 >>> import optimizers
->>> optimizers.keras.utils.get_custom_objects()["Addons>AdamW"] is optimizers.AdamW
+>>> optimizers.TFA_NAMES["Addons>AdamW"] is optimizers.AdamW
 True
 """
 

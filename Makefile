@@ -51,7 +51,7 @@ test-tf215: venv-tfa
 docs: venv
 	$(VENV)/bin/mkdocs build --strict --site-dir docs/site
 
-test: lint test-default test-tf215
+test: lint docs test-default test-tf215
 	@echo "make test: all checks passed"
 
 demo: venv

@@ -1,6 +1,6 @@
 """The documentation site builds with warnings as errors, and its Python examples run.
 
-Every ```` ```python ```` block of a page is executed, in order, in one namespace per
+Every ```` ```python ```` block of a page (and of README.md) is executed, in order, in one namespace per
 page (blocks fenced as ```` ```py ```` are illustrations that are not run, for
 example code that needs TensorFlow Addons).
 """
@@ -16,7 +16,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
-PAGES = sorted(f for f in os.listdir(DOCS) if f.endswith(".md"))
+PAGES = [os.path.join(DOCS, f) for f in sorted(os.listdir(DOCS)) if f.endswith(".md")]
+PAGES.append(os.path.join(ROOT, "README.md"))  # its quickstart runs too
 BLOCK = re.compile(r"^( *)```python[^\n]*\n(.*?)^\1```", re.S | re.M)
 
 pytestmark = pytest.mark.default_stack_only
@@ -39,10 +40,11 @@ def test_mkdocs_build_strict(tmp_path):
     assert 'class="arithmatex"' in api and ":math:" not in api
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if BLOCK.search(open(os.path.join(DOCS, p)).read())])
-def test_page_examples_run(page, capsys):
-    namespace: dict = {"__name__": f"docs_{page[:-3]}"}
-    blocks = BLOCK.findall(open(os.path.join(DOCS, page)).read())
+@pytest.mark.parametrize("path", [p for p in PAGES if BLOCK.search(open(p).read())], ids=os.path.basename)
+def test_page_examples_run(path):
+    page = os.path.relpath(path, ROOT)
+    namespace: dict = {"__name__": "docs_example"}
+    blocks = BLOCK.findall(open(path).read())
     for number, (_indent, code) in enumerate(blocks, start=1):
         code = textwrap.dedent(code)
         try:

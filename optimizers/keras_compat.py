@@ -91,8 +91,16 @@ def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:
     restored = optimizer_v2.RestoredOptimizer
     if "add_slot" not in restored.__dict__:
         def add_slot(self: Any, var: Any, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:
-            slot = OptimizerV2.add_slot(self, var, slot_name, initializer, shape)
-            record_restored_slot(self, var, slot_name, slot)
-            return slot
+            # The loader passes no shape, and a slot need not be shaped like its variable
+            # (RowwiseAdagrad's is [rows, 1]): leave the shape open, the checkpoint sets it.
+            slots = self._slots.setdefault(optimizer_v2._var_key(var), {})
+            if slot_name not in slots:
+                slots[slot_name] = tf.Variable(tf.zeros(var.shape, var.dtype), shape=tf.TensorShape(None),
+                                               trainable=False, name=f"{var._shared_name}/{slot_name}")
+                if slot_name not in self._slot_names:
+                    self._slot_names.append(slot_name)
+                self._weights.append(slots[slot_name])
+            record_restored_slot(self, var, slot_name, slots[slot_name])
+            return slots[slot_name]
 
         restored.add_slot = add_slot

@@ -1,0 +1,47 @@
+"""model.save as .h5, SavedModel and .keras; load_model without custom_objects gives back the
+optimizer's class and state, and training on after loading equals training on without the round trip."""
+
+import numpy as np
+import pytest
+
+from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, data, model
+from optimizers import keras
+
+FORMATS = ["model.h5", "model.keras", pytest.param("saved_model", marks=pytest.mark.slow)]
+
+
+def _fit(net, epochs):
+    x, y = data()
+    net.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
+
+
+def _optimizer_state(opt):
+    return {w.name: w.numpy() for w in opt.weights}
+
+
+@pytest.mark.parametrize("filename", FORMATS)
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_save_load_keeps_optimizer_and_training_continues_identically(case, filename, tmp_path, request):
+    if case.name == "moving_average(keras_adam)" and filename != "model.h5":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "a built-in Keras inner optimizer keeps its slots only in .h5 and checkpoints, as Keras's own "
+            "optimizers do: optimizers/saving.py covers CustomOptimizerV2 objects only")))
+    net = model()
+    net.compile(optimizer=case.make(), loss="mse")
+    _fit(net, epochs=2)
+    path = str(tmp_path / filename)
+    net.save(path)
+    loaded = keras.models.load_model(path)  # no custom_objects
+    assert type(loaded.optimizer) is type(net.optimizer)
+    assert loaded.optimizer.get_config() == net.optimizer.get_config()
+    if filename != "saved_model":  # SavedModel: the state is taken over at the first step (optimizers/saving.py)
+        assert int(loaded.optimizer.iterations.numpy()) == int(net.optimizer.iterations.numpy()) == 8
+    _fit(net, epochs=1)
+    _fit(loaded, epochs=1)
+    assert int(loaded.optimizer.iterations.numpy()) == 12
+    for a, b in zip(net.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    expected, got = _optimizer_state(net.optimizer), _optimizer_state(loaded.optimizer)
+    assert len(got) == len(expected)
+    for a, b in zip(expected.values(), got.values()):
+        np.testing.assert_array_equal(a, b)

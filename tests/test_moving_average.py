@@ -421,3 +421,22 @@ def test_callback_needs_a_moving_average():
     model.compile(keras.optimizers.legacy.SGD(), loss="mse")
     with pytest.raises(TypeError, match="MovingAverage optimizer. Received: model.optimizer="):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[MovingAverageCallback(validation_data=(x, y))])
+
+
+def test_averaged_weights_under_mirrored_strategy(mirrored):
+    x, y = _data()
+    with mirrored.scope():
+        model = _model()
+        model.compile(MovingAverage(keras.optimizers.legacy.Adam(0.05), average_decay=0.8), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    opt = model.optimizer
+    trained = [_components(v) for v in model.trainable_variables]
+    averages = [_components(opt.get_slot(v, "average")) for v in model.trainable_variables]
+    with mirrored.scope(), optimizers.averaged_weights(model):
+        for var, want in zip(model.trainable_variables, averages):
+            for got, expected in zip(_components(var), want):
+                np.testing.assert_array_equal(got, expected)
+    for var, want in zip(model.trainable_variables, trained):
+        assert len(want) == 2
+        for got, expected in zip(_components(var), want):
+            np.testing.assert_array_equal(got, expected)

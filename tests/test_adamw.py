@@ -318,3 +318,35 @@ def test_tfa_names_map_to_these_classes_unless_tfa_owns_them():
     objects = keras.utils.get_custom_objects()
     for name, cls in optimizers.TFA_NAMES.items():
         assert objects[name] is cls or objects[name].__module__.startswith("tensorflow_addons"), name
+
+
+def _doubled(grad):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * 2, grad.indices, grad.dense_shape)
+    return grad * 2
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("case", ["adamw", "adamw_lazy_amsgrad", "sgdw_nesterov"])
+def test_mirrored_strategy_equals_one_device_with_summed_gradients(case, sparse, mirrored):
+    kind, kwargs = CASES[case]
+    kernel_grads, bias_grads = gradients(sparse, tf.float32)
+    # Two replicas with the same gradient: Keras 2 sums them.
+    expected = trajectory(kind(**kwargs), [_doubled(g) for g in kernel_grads], [_doubled(b) for b in bias_grads],
+                          tf.float32)
+    with mirrored.scope():
+        optimizer = kind(**kwargs)
+        kernel, bias = make_variables(tf.float32)
+
+    def replica_step(g, b):  # each replica builds its gradients (tensors from outside cannot be all-reduced)
+        if isinstance(g, tf.IndexedSlices):
+            g = tf.IndexedSlices(tf.constant(g.values.numpy()), tf.constant(g.indices.numpy()), tf.constant(SHAPE))
+        else:
+            g = tf.constant(g.numpy())
+        optimizer.apply_gradients([(g, kernel), (tf.constant(b.numpy()), bias)])
+
+    ours = []
+    for g, b in zip(kernel_grads, bias_grads):
+        tf.function(lambda: mirrored.run(replica_step, args=(g, b)))()  # noqa: B023
+        ours.append((kernel.numpy().copy(), bias.numpy().copy()))
+    assert_trajectories(ours, expected, tf.float32, "one device")

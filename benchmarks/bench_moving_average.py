@@ -15,7 +15,7 @@ def cases() -> list[Case]:
 
     return [
         Case("moving average: MovingAverage(Adam), XLA / Adam alone, 8M f32", "tf_keras legacy Adam", 1.6,
-             lambda: compare(lambda: MovingAverage(adam()), adam)),
+             lambda: compare(lambda: MovingAverage(adam()), adam, repeats=30)),
         Case("moving average: MovingAverage(Adam), plain ops / Adam alone, 8M f32", "tf_keras legacy Adam", 2.2,
-             lambda: compare(lambda: MovingAverage(adam(), jit_compile=False), adam)),
+             lambda: compare(lambda: MovingAverage(adam(), jit_compile=False), adam, repeats=30)),
     ]

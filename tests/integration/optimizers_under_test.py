@@ -89,3 +89,19 @@ def batches(x: np.ndarray, y: np.ndarray, steps: int):
     for i in range(steps):
         j = (i * BATCH) % SAMPLES
         yield tf.constant(x[j:j + BATCH]), tf.constant(y[j:j + BATCH])
+
+
+def optimizer_state(opt: Any, variables: list) -> dict[str, np.ndarray]:
+    """``iterations`` and every slot (the wrapped optimizer's too), keyed by
+    optimizer, variable and slot name: independent of creation order and scopes."""
+    state = {"iterations": opt.iterations.numpy()}
+    for owner in (opt, getattr(opt, "inner_optimizer", None)):
+        if owner is None:
+            continue
+        for slot_name in owner.get_slot_names():
+            for var in variables:
+                try:
+                    state[f"{owner._name}/{var.name}/{slot_name}"] = owner.get_slot(var, slot_name).numpy()
+                except KeyError:
+                    pass
+    return state

@@ -1,0 +1,93 @@
+"""The real distribution engine: MirroredStrategy on two logical CPU devices equals one device with the
+same global batch; MultiWorkerMirroredStrategy with two worker processes ends with identical weights on
+both; the overwrite updater's reductions (mean / max, never sum) hold under both."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import optimizers
+from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, data, model
+
+WORKER = os.path.join(os.path.dirname(__file__), "mwms_worker.py")
+
+
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_mirrored_two_devices_equals_one_device(mirrored, case):
+    """compile + fit, global batch 8 (4 per replica), 8 steps. Tolerance rtol=1e-5, atol=1e-6: the
+    cross-replica sum adds the gradient in a different order."""
+    x, y = data()
+    weights = []
+    for strategy in (mirrored, tf.distribute.get_strategy()):
+        with strategy.scope():
+            net = model(seed=3)
+            net.compile(optimizer=case.make(), loss="mse")
+        net.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+        assert int(net.optimizer.iterations.numpy()) == 8
+        weights.append(net.get_weights())
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction, expected", [("mean", 1.5), ("max", 2.0)])
+def test_mirrored_overwrite_reduction_in_model_fit(mirrored, reduction, expected):
+    """Replica r sends r + 1 as the statistic's gradient (a sum would give 3)."""
+    from examples import Adam
+
+    with mirrored.scope():
+        stat = tf.Variable([0.0], name="amax_statistic")
+        opt = Adam(0.01, updaters={"amax_statistic": optimizers.OverwriteWithGradient(reduction)})
+
+    @tf.function
+    def step():
+        def replica_step():
+            value = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32)
+            opt.apply_gradients([(tf.reshape(value, [1]), stat)])
+        mirrored.run(replica_step)
+
+    step()
+    for component in mirrored.experimental_local_results(stat):
+        assert component.numpy().tolist() == [expected]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_two_processes(tmp_path):
+    ports = [_free_port(), _free_port()]
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        procs.append(subprocess.Popen([sys.executable, WORKER, str(tmp_path / f"worker{index}.npz")], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        outputs = [p.communicate(timeout=400)[0].decode(errors="replace") for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, text in zip(procs, outputs):
+        assert p.returncode == 0, text[-3000:]
+    first, second = (dict(np.load(tmp_path / f"worker{i}.npz")) for i in range(2))
+    assert sorted(first) == sorted(second)
+    for case in OPTIMIZERS:
+        assert int(first[f"{case.name}/iterations"]) == 3
+        initial = model(seed=2).get_weights()
+        for i, w in enumerate(initial):
+            got = first[f"{case.name}/{i}"]
+            np.testing.assert_array_equal(got, second[f"{case.name}/{i}"], err_msg=case.name)
+        assert not np.array_equal(first[f"{case.name}/0"], initial[0]), case.name  # it trained
+    for worker in (first, second):
+        assert worker["overwrite_mean"].tolist() == [1.5, 1.5]
+        assert worker["overwrite_max"].tolist() == [2.0, 2.0]

@@ -498,7 +498,7 @@ class CustomOptimizerV2(OptimizerV2):
         return value.item() if isinstance(value, np.generic) else value
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], custom_objects: dict | None = None) -> "CustomOptimizerV2":
+    def from_config(cls, config: dict[str, Any], custom_objects: dict | None = None) -> CustomOptimizerV2:
         """Inverse of :meth:`get_config`; schedules and updaters are deserialized."""
         config = dict(config)
         if "lr" in config:

@@ -18,8 +18,9 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for examples.py
 
-import optimizers  # noqa: E402
 from examples import SGD, Adam  # noqa: E402
+
+import optimizers  # noqa: E402
 from optimizers import keras  # noqa: E402
 
 

@@ -84,9 +84,8 @@ def test_multi_worker_mirrored_two_processes(tmp_path):
     for case in OPTIMIZERS:
         assert int(first[f"{case.name}/iterations"]) == 3
         initial = model(seed=2).get_weights()
-        for i, w in enumerate(initial):
-            got = first[f"{case.name}/{i}"]
-            np.testing.assert_array_equal(got, second[f"{case.name}/{i}"], err_msg=case.name)
+        for i in range(len(initial)):
+            np.testing.assert_array_equal(first[f"{case.name}/{i}"], second[f"{case.name}/{i}"], err_msg=case.name)
         assert not np.array_equal(first[f"{case.name}/0"], initial[0]), case.name  # it trained
     for worker in (first, second):
         assert worker["overwrite_mean"].tolist() == [1.5, 1.5]

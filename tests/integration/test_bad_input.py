@@ -1,0 +1,149 @@
+"""Bad input for AdamW, SGDW, MovingAverage, updaters and integration (tests/test_errors.py holds the
+template's catalogue): each error names the argument, repeats the value received, and leaves the
+optimizer and the variables unchanged."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import TF_VERSION
+from examples import Adam
+
+import optimizers
+from integration.optimizers_under_test import BY_NAME, IDS, OPTIMIZERS, model, optimizer_state
+from optimizers import keras
+
+CONSTRUCTOR_CASES = [
+    # (constructor, exception, regex the message must contain)
+    (lambda: optimizers.AdamW(weight_decay=math.nan), ValueError, r"`weight_decay` must not be NaN. Received: weight_decay=nan"),
+    (lambda: optimizers.AdamW(weight_decay=-0.01), ValueError, r"`weight_decay` must be in \[0.0, inf\]. Received: weight_decay=-0.01"),
+    (lambda: optimizers.AdamW(weight_decay="l2"), TypeError, r"`weight_decay` must be a float.*Received: weight_decay='l2'"),
+    (lambda: optimizers.AdamW(0.01, learning_rate=math.nan), ValueError, r"`learning_rate` must not be NaN"),
+    (lambda: optimizers.AdamW(0.01, beta_1=1.0), ValueError, r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.0"),
+    (lambda: optimizers.AdamW(0.01, beta_2=-0.5), ValueError, r"`beta_2` must be in \[0.0, 1.0\). Received: beta_2=-0.5"),
+    (lambda: optimizers.AdamW(0.01, epsilon=math.nan), ValueError, r"`epsilon` must not be NaN. Received: epsilon=nan"),
+    (lambda: optimizers.AdamW(0.01, amsgrad="yes"), TypeError, r"`amsgrad` must be a bool. Received: amsgrad='yes'"),
+    (lambda: optimizers.AdamW(0.01, lazy=1), TypeError, r"`lazy` must be a bool. Received: lazy=1"),
+    (lambda: optimizers.AdamW(0.01, weight_decay_rate=0.1), TypeError,
+     r"unexpected keyword argument `weight_decay_rate`. Received: weight_decay_rate=0.1"),
+    (lambda: optimizers.SGDW(weight_decay=None), TypeError, r"`weight_decay` must be a float.*Received: weight_decay=None"),
+    (lambda: optimizers.SGDW(0.01, momentum=1.5), ValueError, r"`momentum` must be in \[0.0, 1.0\]. Received: momentum=1.5"),
+    (lambda: optimizers.SGDW(0.01, momentum=[0.9]), TypeError, r"Received: momentum=\[0.9\]"),
+    (lambda: optimizers.SGDW(0.01, nesterov="yes"), TypeError, r"`nesterov` must be a bool. Received: nesterov='yes'"),
+    (lambda: optimizers.SGDW(0.01, learning_rate=tf.constant(math.nan)), ValueError, r"`learning_rate` must not be NaN"),
+    (lambda: optimizers.MovingAverage("no_such_optimizer"), ValueError,
+     r"`optimizer` names no Keras optimizer. Received: optimizer='no_such_optimizer'"),
+    (lambda: optimizers.MovingAverage(42), TypeError, r"`optimizer` must be a Keras 2 .*Received: optimizer=42"),
+    (lambda: optimizers.MovingAverage(Adam(), average_decay=1.5), ValueError,
+     r"`average_decay` must be in \[0.0, 1.0\]. Received: average_decay=1.5"),
+    (lambda: optimizers.MovingAverage(Adam(), average_decay=math.nan), ValueError, r"`average_decay` must not be NaN"),
+    (lambda: optimizers.MovingAverage(Adam(), num_updates=-1), ValueError, r"Received: num_updates=-1"),
+    (lambda: optimizers.MovingAverage(Adam(), num_updates=tf.Variable(1.0)), TypeError, r"Received: num_updates=<tf.Variable"),
+    (lambda: optimizers.MovingAverage(Adam(), start_step=2.5), ValueError, r"`start_step` must be an int >= 0. Received: start_step=2.5"),
+    (lambda: optimizers.MovingAverage(Adam(), dynamic_decay="no"), TypeError, r"Received: dynamic_decay='no'"),
+    (lambda: optimizers.MovingAverage(Adam(), sequential_update=True), TypeError,
+     r"unexpected keyword argument `sequential_update`. Received: sequential_update=True"),
+    (lambda: optimizers.MovingAverage(Adam(clipnorm=1.0), clipnorm=2.0), ValueError,
+     r"`clipnorm` is set both on the wrapper and on the inner optimizer. Received: clipnorm=2.0"),
+    (lambda: optimizers.RowwiseAdagrad(epsilon=math.nan), ValueError, r"`epsilon` must be a number >= 0. Received: epsilon=nan"),
+    (lambda: optimizers.OverwriteWithGradient("sum"), ValueError,
+     r"`reduction` must be 'mean' or 'max'. Received: reduction='sum'"),
+    (lambda: Adam(updaters=[("bias", optimizers.Frozen(), "extra")]), TypeError, r"Received: updaters="),
+    (lambda: Adam(updaters={3: optimizers.Frozen()}), TypeError, r"keys must be variables .*Received key 3"),
+    (lambda: optimizers.set_updater(tf.Variable(1.0), optimizers.Frozen), TypeError, r"Received: updater=<class"),
+]
+
+
+@pytest.mark.parametrize("make, error, message", CONSTRUCTOR_CASES, ids=lambda c: getattr(c, "__name__", str(c))[:30])
+def test_constructor_errors(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def _trained(case):
+    net, opt = model(), case.make()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(net(tf.constant([[1, 2]])))
+    opt.apply_gradients(zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables))
+    return net, opt
+
+
+def _snapshot(net, opt):
+    return [w.copy() for w in net.get_weights()], optimizer_state(opt, net.trainable_variables)
+
+
+def _assert_unchanged(before, after):
+    for a, b in zip(before[0], after[0]):
+        np.testing.assert_array_equal(a, b)
+    assert sorted(before[1]) == sorted(after[1])
+    for key in before[1]:
+        np.testing.assert_array_equal(before[1][key], after[1][key], err_msg=key)
+
+
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_gradient_of_wrong_shape_leaves_state_unchanged(case):
+    net, opt = _trained(case)
+    before = _snapshot(net, opt)
+    variables = net.trainable_variables
+    grads = [tf.ones_like(v) for v in variables]
+    grads[-1] = tf.ones([7])  # the dense bias has shape (1,)
+    with pytest.raises(ValueError, match=r"has an incompatible shape. Received: grad=<tf.Tensor"):
+        opt.apply_gradients(zip(grads, variables))
+    _assert_unchanged(before, _snapshot(net, opt))
+
+
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_nan_learning_rate_set_later_is_refused_and_changes_nothing(case):
+    net, opt = _trained(case)
+    if not isinstance(getattr(opt, "inner_optimizer", opt), optimizers.CustomOptimizerV2):
+        pytest.skip("the learning rate belongs to Keras's own optimizer, which checks nothing")
+    before = _snapshot(net, opt)
+    with pytest.raises(ValueError, match=r"`learning_rate` must not be NaN. Received: learning_rate=nan"):
+        opt.learning_rate = math.nan
+    assert np.isfinite(float(keras.backend.get_value(opt.learning_rate)))
+    _assert_unchanged(before, _snapshot(net, opt))
+
+
+def test_swap_weights_before_any_average_exists():
+    net = model()
+    opt = optimizers.MovingAverage(Adam(0.01))
+    before = [w.copy() for w in net.get_weights()]
+    with pytest.raises(ValueError, match=r"swap_weights\(\) needs averages.*Received: an optimizer with no averages"):
+        opt.swap_weights()
+    for a, b in zip(before, net.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert opt.get_slot_names() == []
+
+
+def test_integer_variable_refused_by_the_wrapper_before_anything_moves():
+    net, opt = _trained(BY_NAME["moving_average(adam)"])
+    before = _snapshot(net, opt)
+    counter = tf.Variable([1, 2])
+    pairs = [(tf.ones_like(v), v) for v in net.trainable_variables] + [(tf.constant([1, 1]), counter)]
+    with pytest.raises(ValueError, match=r"has dtype int32; optimizers update floating point variables only"):
+        opt.apply_gradients(pairs)
+    _assert_unchanged(before, _snapshot(net, opt))
+    assert counter.numpy().tolist() == [1, 2]
+
+
+def test_unknown_updater_in_a_config_is_refused():
+    config = Adam(updaters={"bias": optimizers.Frozen()}).get_config()
+    config["updaters"] = {"bias": {"class_name": "Melt", "config": {}}}
+    with pytest.raises(ValueError, match=r"Unknown variable updater config. Received: \{'class_name': 'Melt'"):
+        Adam.from_config(config)
+
+
+@pytest.mark.default_stack_only
+@pytest.mark.skipif(TF_VERSION < (2, 16), reason="Keras 3 exists only beside TF >= 2.16")
+def test_keras3_optimizer_wrapped_or_model_handed_over():
+    import keras as keras3
+
+    with pytest.raises(TypeError, match=r"Keras 3 optimizer: optimizer=.*import tf_keras as keras"):
+        optimizers.MovingAverage(keras3.optimizers.Adam())
+    model3 = keras3.Sequential([keras3.layers.Input((2,)), keras3.layers.Dense(1)])
+    variable = model3.trainable_variables[0]
+    opt = optimizers.AdamW(0.01)
+    with pytest.raises(TypeError, match=r"Keras 3 variable"):
+        opt.apply_gradients([(tf.ones(variable.shape), variable)])
+    assert int(opt.iterations.numpy()) == 0

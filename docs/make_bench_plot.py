@@ -5,7 +5,8 @@ Usage, from the repository root, after ``.venv/bin/python benchmarks/run.py``
 
     .venv/bin/python docs/make_bench_plot.py [bench_output/results.json]
 
-It writes ``docs/img/benchmarks.png`` and replaces the table between the
+It writes ``docs/img/benchmarks.png``, copies the JSON file to
+``docs/img/benchmarks_results.json`` and replaces the table between the
 ``<!-- bench-table -->`` markers of ``docs/benchmarks.md``. Nothing is typed in
 by hand: every number comes from the JSON file.
 """
@@ -13,8 +14,10 @@ by hand: every number comes from the JSON file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shutil
 import sys
 
 import matplotlib
@@ -25,7 +28,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 DOCS = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.path.join(DOCS, "benchmarks.md")
 PLOT = os.path.join(DOCS, "img", "benchmarks.png")
+SOURCE = os.path.join(DOCS, "img", "benchmarks_results.json")
 MARKERS = re.compile(r"(<!-- bench-table:start -->\n).*?(<!-- bench-table:end -->)", re.S)
+
+
+def _goal(row: dict) -> str:
+    return f"{row['goal']:.2f}" if math.isfinite(row["goal"]) else "none"
+
+
+def _met(row: dict) -> str:
+    return ("yes" if row["met"] else "no") if math.isfinite(row["goal"]) else "-"
 
 
 def table(results: dict) -> str:
@@ -36,7 +48,7 @@ def table(results: dict) -> str:
     ]
     for row in results["rows"]:
         lines.append(f"| {row['case']} | {row['ours_ms']:.2f} | {row['peer_ms']:.2f} | {row['peer']} | "
-                     f"{row['ratio']:.2f} | {row['goal']:.2f} | {'yes' if row['met'] else 'no'} |")
+                     f"{row['ratio']:.2f} | {_goal(row)} | {_met(row)} |")
     lines.append("")
     lines.append(f"Machine (from the results file): {machine.get('cores')} CPU cores ({machine.get('cpu')}), "
                  f"Python {machine.get('python')}, TensorFlow {machine.get('tensorflow')}.")
@@ -44,21 +56,30 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict) -> None:
+    """One bar per case: the ratio ours / peer (log scale), with the goal marked."""
     rows = results["rows"]
-    labels = [row["case"] for row in rows]
-    fig, ax = plt.subplots(figsize=(9, 0.7 * len(rows) + 1.6))
-    positions = range(len(rows))
-    ax.barh([p + 0.2 for p in positions], [r["ours_ms"] for r in rows], height=0.4, label="ours")
-    ax.barh([p - 0.2 for p in positions], [r["peer_ms"] for r in rows], height=0.4, label="peer")
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
+    positions = list(range(len(rows)))
+    ratios = [row["ratio"] for row in rows]
+    colors = ["C2" if row["met"] and math.isfinite(row["goal"]) else "C0" if not math.isfinite(row["goal"])
+              else "C3" for row in rows]
+    ax.barh(positions, ratios, color=colors, height=0.6)
     for p, row in zip(positions, rows):
-        ax.text(max(row["ours_ms"], row["peer_ms"]) * 1.02, p, f"x{row['ratio']:.2f}", va="center")
-    ax.set_yticks(list(positions), labels, fontsize=8)
+        right = max(row["ratio"], row["goal"] if math.isfinite(row["goal"]) else 0.0)
+        ax.text(right * 1.05, p, f"{row['ratio']:.2f}", va="center", fontsize=8)
+        if math.isfinite(row["goal"]):
+            ax.plot([row["goal"]] * 2, [p - 0.4, p + 0.4], color="black", lw=2)
+    ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlim(0.5, max(ratios) * 1.6)
+    ticks = [t for t in (0.5, 1, 2, 5, 10, 20, 50, 100) if t <= max(ratios) * 1.6]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_yticks(positions, [row["case"] for row in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("milliseconds per optimizer step (median, lower is better)")
+    ax.set_xlabel("ours / peer, time per step (lower is better; black tick: goal; dashed: parity)")
     machine = results["machine"]
     ax.set_title(f"benchmarks/run.py, {machine.get('cores')} CPU cores, TF {machine.get('tensorflow')}", loc="left")
-    ax.set_xlim(0, max(max(r["ours_ms"], r["peer_ms"]) for r in rows) * 1.18)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(PLOT), exist_ok=True)
     fig.savefig(PLOT, dpi=110)
@@ -69,6 +90,7 @@ def main(argv: list[str]) -> int:
     with open(path) as f:
         results = json.load(f)
     plot(results)
+    shutil.copyfile(path, SOURCE)  # the numbers behind the page, kept beside it
     page = open(PAGE).read()
     if not MARKERS.search(page):
         raise SystemExit(f"{PAGE} lacks the <!-- bench-table:start --> / <!-- bench-table:end --> markers")

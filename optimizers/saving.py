@@ -28,6 +28,13 @@ For :class:`~optimizers.CustomOptimizerV2` this module closes both gaps
 The first optimizer that creates a slot of the recorded name for that variable
 takes the recorded value (after ``load_model`` that is the optimizer it
 compiled); each recorded value is used once.
+
+A wrapper (``MovingAverage``) whose ``inner_optimizer`` is a built-in Keras
+optimizer also keeps the inner one's slots and hyperparameters: they are saved
+with the wrapper's state, and written into the inner slots when the wrapper
+creates its own slot for the same variable (the inner optimizer creates its
+slots first). Such an assignment happens in the step's variable-creation scope:
+load and continue on one device, as Keras's own ``.h5`` loading requires.
 """
 
 from __future__ import annotations
@@ -47,23 +54,44 @@ _RESTORED_ATTR = "_custom_optimizer_v2_restored_slots"
 
 
 def _slot_index(optimizer: Any) -> dict:
-    """``{(variable name, slot name): slot variable}``, filled by ``add_slot``."""
-    if "_slots_by_name" not in optimizer.__dict__:
-        optimizer.__dict__["_slots_by_name"] = {}
-    return optimizer.__dict__["_slots_by_name"]
+    """``{(variable name, slot name): (variable, slot variable)}``, filled by ``add_slot``."""
+    return optimizer.__dict__.setdefault("_slots_by_name", {})
+
+
+def _builtin_inner(optimizer: Any) -> Any:
+    """The wrapped optimizer if it cannot save itself (a built-in Keras one), else ``None``."""
+    inner = getattr(optimizer, "inner_optimizer", None)
+    return None if inner is None or hasattr(inner, "save_own_variables") else inner
+
+
+def _hypers(optimizer: Any) -> list:
+    return [(name, h) for name, h in sorted(optimizer._hyper.items()) if isinstance(h, tf.Variable)]
 
 
 def save_own_variables(optimizer: Any, store: Any) -> None:
     """Write ``iterations``, hyperparameter variables and slots into ``store``."""
     entries: list = [["iterations"]]
     values = [optimizer.iterations]
-    for name, hyper in sorted(optimizer._hyper.items()):
-        if isinstance(hyper, tf.Variable):
-            entries.append(["hyper", name])
-            values.append(hyper)
-    for (var_name, slot_name), slot in sorted(_slot_index(optimizer).items()):
+    for name, hyper in _hypers(optimizer):
+        entries.append(["hyper", name])
+        values.append(hyper)
+    index = sorted(_slot_index(optimizer).items())
+    for (var_name, slot_name), (_, slot) in index:
         entries.append(["slot", var_name, slot_name])
         values.append(slot)
+    inner = _builtin_inner(optimizer)
+    if inner is not None:
+        for name, hyper in _hypers(inner):
+            entries.append(["inner_hyper", name])
+            values.append(hyper)
+        variables = {var_name: var for (var_name, _), (var, _) in index}
+        for var_name, var in sorted(variables.items()):
+            for slot_name in inner.get_slot_names():
+                try:
+                    values.append(inner.get_slot(var, slot_name))
+                except KeyError:
+                    continue
+                entries.append(["inner_slot", var_name, slot_name])
     store[_NAMES] = np.frombuffer(json.dumps(entries).encode(), dtype=np.uint8)
     for position, value in enumerate(values):
         store[str(position)] = np.asarray(value.numpy())
@@ -78,39 +106,68 @@ def load_own_variables(optimizer: Any, store: Any) -> None:
     pending = optimizer.__dict__.setdefault("_pending_slot_values", {})
     for position, entry in enumerate(entries):
         value = np.asarray(store[str(position)])
-        if entry[0] == "iterations":
+        kind = entry[0]
+        if kind == "iterations":
             optimizer.iterations.assign(value)
-        elif entry[0] == "hyper":
-            optimizer._create_hypers()
-            hyper = optimizer._hyper.get(entry[1])
+        elif kind in ("hyper", "inner_hyper"):
+            owner = optimizer if kind == "hyper" else _builtin_inner(optimizer)
+            owner._create_hypers()
+            hyper = owner._hyper.get(entry[1])
             if isinstance(hyper, tf.Variable):
                 hyper.assign(value)
         else:
-            pending[(entry[1], entry[2])] = value
+            pending[(kind, entry[1], entry[2])] = value
+
+
+def _take_restored_scalars(optimizer: Any, restored_optimizer: Any) -> None:
+    """``iterations`` and hyperparameters from the loader's ``RestoredOptimizer``, once."""
+    if optimizer.__dict__.get("_took_restored_scalars"):
+        return
+    optimizer.__dict__["_took_restored_scalars"] = True
+    restored_iterations = restored_optimizer._hyper.get("iter")  # the loader sets it as a hyperparameter
+    if restored_iterations is None:
+        restored_iterations = restored_optimizer.iterations
+    optimizer.iterations.assign(restored_iterations)
+    for name, hyper in restored_optimizer._hyper.items():
+        own = optimizer._hyper.get(name)
+        if isinstance(own, tf.Variable) and isinstance(hyper, tf.Variable):
+            own.assign(tf.cast(hyper, own.dtype))
 
 
 def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
     """The loaded value slot ``slot_name`` of ``var`` must start from, or ``None``."""
     pending = optimizer.__dict__.get("_pending_slot_values")
     if pending:
-        value = pending.pop((var.name, slot_name), None)
+        value = pending.pop(("slot", var.name, slot_name), None)
         if value is not None:
             return value
     restored = getattr(distributed_container(var), _RESTORED_ATTR, None)
     if not restored or slot_name not in restored:
         return None
     restored_optimizer, slot = restored.pop(slot_name)
-    if not optimizer.__dict__.get("_took_restored_scalars"):
-        optimizer.__dict__["_took_restored_scalars"] = True
-        restored_iterations = restored_optimizer._hyper.get("iter")  # the loader sets it as a hyperparameter
-        if restored_iterations is None:
-            restored_iterations = restored_optimizer.iterations
-        optimizer.iterations.assign(restored_iterations)
-        for name, hyper in restored_optimizer._hyper.items():
-            own = optimizer._hyper.get(name)
-            if isinstance(own, tf.Variable) and isinstance(hyper, tf.Variable):
-                own.assign(tf.cast(hyper, own.dtype))
+    _take_restored_scalars(optimizer, restored_optimizer)
     return slot.numpy()
+
+
+def restore_inner_slots(optimizer: Any, var: tf.Variable) -> None:
+    """Write loaded values into a built-in inner optimizer's slots of ``var``."""
+    inner = _builtin_inner(optimizer)
+    if inner is None:
+        return
+    pending = optimizer.__dict__.get("_pending_slot_values") or {}
+    restored = getattr(distributed_container(var), _RESTORED_ATTR, None) or {}
+    for slot_name in inner.get_slot_names():
+        try:
+            slot = inner.get_slot(var, slot_name)
+        except KeyError:
+            continue
+        value = pending.pop(("inner_slot", var.name, slot_name), None)
+        if value is None and slot_name in restored:
+            restored_inner, restored_slot = restored.pop(slot_name)
+            _take_restored_scalars(inner, restored_inner)
+            value = restored_slot.numpy()
+        if value is not None:
+            slot.assign(value)
 
 
 def record_restored_slot(restored_optimizer: Any, var: tf.Variable, slot_name: str, slot: tf.Variable) -> None:

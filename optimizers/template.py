@@ -518,7 +518,8 @@ class CustomOptimizerV2(OptimizerV2):
         if loaded is not None:
             initializer = lambda shape, dtype: tf.constant(loaded, dtype)  # noqa: E731
         slot = super().add_slot(var, slot_name, initializer, shape)
-        saving._slot_index(self)[(var.name, slot_name)] = slot
+        saving._slot_index(self)[(var.name, slot_name)] = (var, slot)
+        saving.restore_inner_slots(self, var)
         return slot
 
     def save_own_variables(self, store: Any) -> None:

@@ -92,9 +92,12 @@ def save_own_variables(optimizer: Any, store: Any) -> None:
                 except KeyError:
                     continue
                 entries.append(["inner_slot", var_name, slot_name])
+    for key, value in sorted(optimizer.__dict__.get("_pending_slot_values", {}).items()):
+        entries.append(list(key))  # loaded but not trained since: saved again as loaded
+        values.append(value)
     store[_NAMES] = np.frombuffer(json.dumps(entries).encode(), dtype=np.uint8)
     for position, value in enumerate(values):
-        store[str(position)] = np.asarray(value.numpy())
+        store[str(position)] = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
 def load_own_variables(optimizer: Any, store: Any) -> None:

@@ -58,3 +58,19 @@ def test_untrained_model_round_trip_has_no_state_and_trains_like_the_original(fi
     for a, b in zip(net.get_weights() + [w.numpy() for w in net.optimizer.weights],
                     loaded.get_weights() + [w.numpy() for w in loaded.optimizer.weights]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_keras_file_loaded_then_saved_again_before_training_keeps_the_slots(tmp_path):
+    """Loaded slots wait for the first step; saving before it writes them out again."""
+    case = OPTIMIZERS[1]
+    net = model()
+    net.compile(optimizer=case.make(), loss="mse")
+    _fit(net, epochs=1)
+    net.save(str(tmp_path / "first.keras"))
+    keras.models.load_model(str(tmp_path / "first.keras")).save(str(tmp_path / "second.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "second.keras"))
+    _fit(net, epochs=1)
+    _fit(loaded, epochs=1)
+    for a, b in zip(net.get_weights() + [w.numpy() for w in net.optimizer.weights],
+                    loaded.get_weights() + [w.numpy() for w in loaded.optimizer.weights]):
+        np.testing.assert_array_equal(a, b)

@@ -11,6 +11,7 @@ import pytest
 from integration.optimizers_under_test import IDS, OPTIMIZERS
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
+pytestmark = pytest.mark.xdist_group("resume")  # one pair of worker processes for the whole table (make test: --dist loadgroup)
 
 
 @pytest.fixture(scope="module")

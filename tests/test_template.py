@@ -186,3 +186,16 @@ def test_model_fit_and_h5_load_without_custom_objects(tmp_path):
     loaded = keras.models.load_model(path)
     assert type(loaded.optimizer) is Adam
     assert int(loaded.optimizer.iterations.numpy()) == int(model.optimizer.iterations.numpy())
+
+
+@pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "plain"])
+def test_fit_mlp_with_variables_of_several_ranks_and_shapes(jit_compile):
+    # Kernels (2-D) and biases (1-D) of different shapes go through the per-variable
+    # XLA step in one traced train step (a regression: one relaxed tf.function failed).
+    x = np.random.RandomState(0).randn(64, 5).astype("float32")
+    y = np.sin(x[:, :1])
+    model = keras.Sequential([keras.layers.Input((5,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(3, activation="tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=Adam(0.01, jit_compile=jit_compile), loss="mse")
+    history = model.fit(x, y, epochs=5, batch_size=16, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]

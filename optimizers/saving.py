@@ -33,8 +33,7 @@ A wrapper (``MovingAverage``) whose ``inner_optimizer`` is a built-in Keras
 optimizer also keeps the inner one's slots and hyperparameters: they are saved
 with the wrapper's state, and written into the inner slots when the wrapper
 creates its own slot for the same variable (the inner optimizer creates its
-slots first). Such an assignment happens in the step's variable-creation scope:
-load and continue on one device, as Keras's own ``.h5`` loading requires.
+slots first).
 """
 
 from __future__ import annotations
@@ -62,6 +61,15 @@ def _builtin_inner(optimizer: Any) -> Any:
     """The wrapped optimizer if it cannot save itself (a built-in Keras one), else ``None``."""
     inner = getattr(optimizer, "inner_optimizer", None)
     return None if inner is None or hasattr(inner, "save_own_variables") else inner
+
+
+def _assign(variable: tf.Variable, value: Any) -> None:
+    """Assign to every device's copy directly: under a strategy these calls run in
+    each replica's thread, where a distributed assign would be a merge point that
+    the other replicas do not reach."""
+    components = variable.values if isinstance(variable, tf.distribute.DistributedValues) else (variable,)
+    for component in components:
+        component.assign(tf.cast(value, component.dtype))
 
 
 def _hypers(optimizer: Any) -> list:
@@ -111,13 +119,13 @@ def load_own_variables(optimizer: Any, store: Any) -> None:
         value = np.asarray(store[str(position)])
         kind = entry[0]
         if kind == "iterations":
-            optimizer.iterations.assign(value)
+            _assign(optimizer.iterations, value)
         elif kind in ("hyper", "inner_hyper"):
             owner = optimizer if kind == "hyper" else _builtin_inner(optimizer)
             owner._create_hypers()
             hyper = owner._hyper.get(entry[1])
             if isinstance(hyper, tf.Variable):
-                hyper.assign(value)
+                _assign(hyper, value)
         else:
             pending[(kind, entry[1], entry[2])] = value
 
@@ -130,11 +138,11 @@ def _take_restored_scalars(optimizer: Any, restored_optimizer: Any) -> None:
     restored_iterations = restored_optimizer._hyper.get("iter")  # the loader sets it as a hyperparameter
     if restored_iterations is None:
         restored_iterations = restored_optimizer.iterations
-    optimizer.iterations.assign(restored_iterations)
+    _assign(optimizer.iterations, restored_iterations)
     for name, hyper in restored_optimizer._hyper.items():
         own = optimizer._hyper.get(name)
         if isinstance(own, tf.Variable) and isinstance(hyper, tf.Variable):
-            own.assign(tf.cast(hyper, own.dtype))
+            _assign(own, hyper)
 
 
 def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
@@ -170,7 +178,7 @@ def restore_inner_slots(optimizer: Any, var: tf.Variable) -> None:
             _take_restored_scalars(inner, restored_inner)
             value = restored_slot.numpy()
         if value is not None:
-            slot.assign(value)
+            _assign(slot, value)
 
 
 def record_restored_slot(restored_optimizer: Any, var: tf.Variable, slot_name: str, slot: tf.Variable) -> None:

@@ -74,3 +74,26 @@ def test_keras_file_loaded_then_saved_again_before_training_keeps_the_slots(tmp_
     for a, b in zip(net.get_weights() + [w.numpy() for w in net.optimizer.weights],
                     loaded.get_weights() + [w.numpy() for w in loaded.optimizer.weights]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("filename", ["model.keras", "saved_model"])
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_load_under_mirrored_strategy_continues_like_one_device(mirrored, case, filename, tmp_path):
+    """Saved on one device, loaded in MirroredStrategy's scope (2 logical CPUs): the loaded state is
+    taken over inside the replicas' threads. Tolerance rtol=1e-5, atol=1e-6 (cross-replica sum order)."""
+    net = model()
+    net.compile(optimizer=case.make(), loss="mse")
+    _fit(net, epochs=1)
+    path = str(tmp_path / filename)
+    net.save(path)
+    with mirrored.scope():
+        loaded = keras.models.load_model(path)
+    _fit(net, epochs=1)
+    _fit(loaded, epochs=1)
+    assert int(loaded.optimizer.iterations.numpy()) == 8
+    for a, b in zip(net.get_weights(), loaded.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    expected, got = _optimizer_state(net.optimizer), _optimizer_state(loaded.optimizer)
+    for a, b in zip(expected.values(), got.values()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

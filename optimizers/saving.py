@@ -24,6 +24,8 @@ For :class:`~optimizers.CustomOptimizerV2` this module closes both gaps
   is recorded on the model variable it belongs to. When the fresh optimizer
   creates that slot for that variable, it starts from the restored value, and
   the first such slot also hands over ``iterations`` and the hyperparameters.
+  So, until the first step after loading a SavedModel, ``iterations`` reads 0
+  (the loader gives the fresh optimizer no earlier moment to take it).
 
 The first optimizer that creates a slot of the recorded name for that variable
 takes the recorded value (after ``load_model`` that is the optimizer it
@@ -34,6 +36,9 @@ optimizer also keeps the inner one's slots and hyperparameters: they are saved
 with the wrapper's state, and written into the inner slots when the wrapper
 creates its own slot for the same variable (the inner optimizer creates its
 slots first).
+
+Files that hold no optimizer state (saved before the first step, or before this
+library kept it) load as they always did.
 """
 
 from __future__ import annotations

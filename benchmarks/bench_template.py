@@ -1,9 +1,9 @@
 """Template-written Adam (tests/examples.py) vs tf_keras's fused built-in Adam."""
 
-from examples import Adam
-
 from benchmarks.common import Case, compare
 from optimizers import keras
+
+from examples import Adam
 
 
 def cases() -> list[Case]:

@@ -74,7 +74,7 @@ class VariableUpdater:
         return {}
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "VariableUpdater":
+    def from_config(cls, config: dict[str, Any]) -> VariableUpdater:
         return cls(**config)
 
     def __eq__(self, other: object) -> bool:

@@ -8,12 +8,13 @@ float32 variables (as in Keras 2 and TFA) are rounded to float32 for the referen
 
 import numpy as np
 import pytest
-import reference
 import tensorflow as tf
-from conftest import TOLERANCE, keras
 
 import optimizers
 from optimizers import SGDW, AdamW
+
+import reference
+from conftest import TOLERANCE, keras
 
 STEPS = 4
 SHAPE = (5, 3)

@@ -6,11 +6,12 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TF_VERSION
-from examples import SGD, Adam
 
 import optimizers
 import slots
+
+from conftest import TF_VERSION
+from examples import SGD, Adam
 
 CONSTRUCTOR_CASES = [
     # (constructor kwargs, exception, regex that must appear in the message)

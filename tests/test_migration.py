@@ -14,9 +14,10 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TOLERANCE, keras
 
 import optimizers
+
+from conftest import TOLERANCE, keras
 
 pytestmark = pytest.mark.default_stack_only  # with TFA imported, its own classes own the "Addons>" names
 

@@ -6,14 +6,15 @@ import os
 
 import numpy as np
 import pytest
-import reference
 import tensorflow as tf
-from conftest import TOLERANCE, keras
-from examples import SGD as TemplateSGD
-from examples import Adam as TemplateAdam
 
 import optimizers
 from optimizers import MovingAverage, MovingAverageCallback
+
+import reference
+from conftest import TOLERANCE, keras
+from examples import SGD as TemplateSGD
+from examples import Adam as TemplateAdam
 
 RULES = {
     "fixed": dict(average_decay=0.9),

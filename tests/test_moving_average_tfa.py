@@ -7,9 +7,10 @@ bit for bit; with XLA (the default) the averages agree to float32 tolerance.
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import HAS_TFA, TOLERANCE, keras
 
 from optimizers import MovingAverage
+
+from conftest import HAS_TFA, TOLERANCE, keras
 
 if HAS_TFA:
     import tensorflow_addons as tfa

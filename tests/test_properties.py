@@ -5,13 +5,14 @@ ones; random in-range hyperparameters keep weights and slots finite."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from examples import Adam
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from integration.optimizers_under_test import IDS, OPTIMIZERS, optimizer_state
 
 import optimizers
+
+from examples import Adam
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True, database=None)
 ROWS, COLS = 4, 3

@@ -5,10 +5,10 @@ float16/32/64, eager and tf.function, with and without XLA."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TOLERANCE, keras
-from examples import SGD, Adam
 
 import reference
+from conftest import TOLERANCE, keras
+from examples import SGD, Adam
 
 CASES = {
     "sgd": (dict(learning_rate=0.1), reference.sgd, "SGD"),

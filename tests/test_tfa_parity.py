@@ -10,10 +10,11 @@ docstrings), a test pins TFA's behaviour and ours.
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import HAS_TFA, TOLERANCE, keras
 from test_adamw import ADAM, SHAPE, assert_trajectories, gradients, make_variables, trajectory
 
 from optimizers import SGDW, AdamW
+
+from conftest import HAS_TFA, TOLERANCE, keras
 
 if HAS_TFA:
     import tensorflow_addons as tfa

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import keras
-from examples import SGD, Adam
 
 import optimizers
 import slots
+
+from conftest import keras
+from examples import SGD, Adam
 
 
 def _pair(value, grad):

@@ -14,10 +14,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from examples import SGD  # noqa: E402
 
 import optimizers  # noqa: E402
 from integration.optimizers_under_test import BATCH, OPTIMIZERS, data, model, train_step  # noqa: E402
+
+from examples import SGD  # noqa: E402
 
 STEPS = 3
 

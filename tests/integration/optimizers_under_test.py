@@ -18,10 +18,10 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for examples.py
 
-from examples import SGD, Adam  # noqa: E402
-
 import optimizers  # noqa: E402
 from optimizers import keras  # noqa: E402
+
+from examples import SGD, Adam  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

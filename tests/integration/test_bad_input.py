@@ -7,12 +7,13 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TF_VERSION
-from examples import Adam
 
 import optimizers
 from integration.optimizers_under_test import BY_NAME, IDS, OPTIMIZERS, model, optimizer_state
 from optimizers import keras
+
+from conftest import TF_VERSION
+from examples import Adam
 
 CONSTRUCTOR_CASES = [
     # (constructor, exception, regex the message must contain)

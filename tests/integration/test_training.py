@@ -76,9 +76,9 @@ def _clip_by_norm(g, norm):
 def test_clipping_equals_hand_computation(kind):
     """SGD (no momentum, lr 0.5), two ordinary variables and one overwrite variable
     (exempt from clipping); expected values by numpy."""
-    from examples import SGD
-
     import optimizers
+
+    from examples import SGD
 
     limit = 0.3
     w0 = np.array([1.0, -2.0, 3.0], "float32")

@@ -12,6 +12,7 @@ PYTEST_FLAGS ?= -n 2 --dist loadgroup
 
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: help venv venv-tfa lint test test-default test-tf215 docs notebooks demo bench clean
 
@@ -49,7 +50,7 @@ test-tf215: venv-tfa
 	$(PY_TFA) -m pytest $(PYTEST_FLAGS) -p no:cacheprovider tests optimizers slots -m "not default_stack_only"
 
 docs: venv
-	$(VENV)/bin/mkdocs build --strict --site-dir docs/site
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 test: lint docs test-default test-tf215
 	@echo "make test: all checks passed"
@@ -61,4 +62,4 @@ bench: venv venv-tfa
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(VENV_TFA) docs/site demo_output bench_output
+	rm -rf $(VENV) $(VENV_TFA) site demo_output bench_output

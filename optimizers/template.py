@@ -378,25 +378,6 @@ class CustomOptimizerV2(OptimizerV2):
         with tf.control_dependencies(deps):
             return self.update_sparse(grad, handle, indices, var_slots, coefficients)
 
-    def _split(self, grads_and_vars: list) -> tuple[list, dict]:
-        """(ordinary pairs with their positions, {reduction: updater pairs with positions})."""
-        ordinary, by_reduction = [], {}
-        for position, (grad, var) in enumerate(grads_and_vars):
-            updater = self.updater_for(var)
-            if updater is None:
-                ordinary.append((position, (grad, var)))
-            else:
-                by_reduction.setdefault(updater.reduction, []).append((position, (grad, var)))
-        return ordinary, by_reduction
-
-    @staticmethod
-    def _merge(size: int, groups: Iterable[tuple[list, list]]) -> list:
-        merged: list = [None] * size
-        for positions, pairs in groups:
-            for position, pair in zip(positions, pairs):
-                merged[position] = pair
-        return [pair for pair in merged if pair is not None]
-
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
         """Sum ordinary gradients across replicas; reduce updater gradients by the
         updater's ``reduction``, all in the one call to ``gradient_aggregator``."""
@@ -417,13 +398,14 @@ class CustomOptimizerV2(OptimizerV2):
         return out
 
     def _transform_gradients(self, grads_and_vars: Iterable) -> list:
-        grads_and_vars = list(grads_and_vars)
-        ordinary, by_reduction = self._split(grads_and_vars)
-        groups = [tuple(zip(*items)) for items in by_reduction.values()]
+        """Clipping and ``gradient_transformers`` see the ordinary gradients only."""
+        out = list(grads_and_vars)
+        ordinary = [i for i, (_, var) in enumerate(out) if self.updater_for(var) is None]
         if ordinary:
-            positions, pairs = zip(*ordinary)
-            groups.append((positions, list(super()._transform_gradients(list(pairs)))))
-        return self._merge(len(grads_and_vars), groups)
+            transformed = super()._transform_gradients([out[i] for i in ordinary])
+            for i, pair in zip(ordinary, transformed):
+                out[i] = pair
+        return out
 
     # ------------------------------------------------------------- public API
     def apply_gradients(self, grads_and_vars: Iterable, name: str | None = None,

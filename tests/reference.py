@@ -77,6 +77,16 @@ def sgdw(param, grad, slots, lr, weight_decay, scale_by_lr=False, rows=None, mom
     return sgd(param, grad, slots, lr, momentum, nesterov)
 
 
+# MovingAverage's decay rules, one case each (shared by the reference and the TFA parity tests).
+MOVING_AVERAGE_RULES = {
+    "fixed": dict(average_decay=0.9),
+    "num_updates": dict(average_decay=0.99, num_updates=3),
+    "dynamic": dict(average_decay=0.9, dynamic_decay=True),
+    "start_step": dict(average_decay=0.8, start_step=2),
+    "dynamic_start": dict(average_decay=0.95, dynamic_decay=True, start_step=2),
+}
+
+
 def moving_average_decay(step, average_decay=0.99, num_updates=None, start_step=0, dynamic_decay=False):
     """The decay (float32) of the average update after ``step`` earlier steps (TFA's rules)."""
     f32 = np.float32

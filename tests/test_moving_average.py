@@ -16,13 +16,7 @@ from conftest import TOLERANCE, keras
 from examples import SGD as TemplateSGD
 from examples import Adam as TemplateAdam
 
-RULES = {
-    "fixed": dict(average_decay=0.9),
-    "num_updates": dict(average_decay=0.99, num_updates=3),
-    "dynamic": dict(average_decay=0.9, dynamic_decay=True),
-    "start_step": dict(average_decay=0.8, start_step=2),
-    "dynamic_start": dict(average_decay=0.95, dynamic_decay=True, start_step=2),
-}
+RULES = reference.MOVING_AVERAGE_RULES
 INNER = {
     "keras_sgd": lambda: keras.optimizers.legacy.SGD(0.1, momentum=0.9),
     "keras_adam": lambda: keras.optimizers.legacy.Adam(0.05),

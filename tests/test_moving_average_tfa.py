@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from optimizers import MovingAverage
 
+import reference
 from conftest import HAS_TFA, TOLERANCE, keras
 
 if HAS_TFA:
@@ -17,13 +18,7 @@ if HAS_TFA:
 
 pytestmark = pytest.mark.tfa
 
-RULES = {
-    "fixed": dict(average_decay=0.9),
-    "num_updates": dict(average_decay=0.99, num_updates=3),
-    "dynamic": dict(average_decay=0.9, dynamic_decay=True),
-    "start_step": dict(average_decay=0.8, start_step=2),
-    "dynamic_start": dict(average_decay=0.95, dynamic_decay=True, start_step=2),
-}
+RULES = reference.MOVING_AVERAGE_RULES
 INNER = {
     "sgd": lambda: keras.optimizers.legacy.SGD(0.1, momentum=0.9),
     "adam": lambda: keras.optimizers.legacy.Adam(0.05),

@@ -111,10 +111,14 @@ class AdamW(CustomOptimizerV2):
 
     def update_dense(self, grad, var, slots, coefficients):
         m, v = slots["m"], slots["v"]
-        m_t = m.assign_add((grad - m) * (1 - coefficients["beta_1"]))
-        v_t = v.assign_add((tf.square(grad) - v) * (1 - coefficients["beta_2"]))
+        # New values first, assignments last: XLA then reads each slot once.
+        m_t = m + (grad - m) * (1 - coefficients["beta_1"])
+        v_t = v + (tf.square(grad) - v) * (1 - coefficients["beta_2"])
+        m.assign(m_t)
+        v.assign(v_t)
         if self.amsgrad:
-            v_t = slots["vhat"].assign(tf.maximum(slots["vhat"], v_t))
+            v_t = tf.maximum(slots["vhat"], v_t)
+            slots["vhat"].assign(v_t)
         return var.assign_sub(self._update(m_t, v_t, coefficients))
 
     def update_sparse(self, grad, var, indices, slots, coefficients):

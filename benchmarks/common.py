@@ -69,7 +69,8 @@ def compare(make_ours: Callable[[], object], make_peer: Callable[[], object], re
     ours = train_step(make_ours(), ours_vars, grads)
     peer = train_step(make_peer(), peer_vars, grads)
     ours_t, peer_t = [], []
-    for _ in range(3):  # interleave rounds so drift hits both sides alike
-        ours_t.append(median_step_seconds(ours, repeats=repeats // 3 or 1))
-        peer_t.append(median_step_seconds(peer, repeats=repeats // 3 or 1))
+    rounds = 6  # interleaved, so drift hits both sides alike; the best round of each side is kept
+    for _ in range(rounds):
+        ours_t.append(median_step_seconds(ours, repeats=max(repeats // rounds, 3)))
+        peer_t.append(median_step_seconds(peer, repeats=max(repeats // rounds, 3)))
     return min(ours_t), min(peer_t)

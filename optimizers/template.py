@@ -39,6 +39,12 @@ _TEMPLATE_KWARGS = ("updaters", "jit_compile", "weight_decay", "exclude_from_wei
                     "scale_weight_decay_by_lr")
 
 
+# Variables up to this size share one XLA call per step (measured: 64 variables of
+# 125k floats, 1.35x the fused Adam kernel with a call each, 1.05x batched; 8 of 1M,
+# 1.16x with a call each, 1.3x batched).
+_XLA_BATCH_MAX_ELEMENTS = 2**18
+
+
 def variable_key(var: Any) -> Any:
     """A key that identifies ``var`` through distributed containers.
 
@@ -347,6 +353,41 @@ class CustomOptimizerV2(OptimizerV2):
         # Return a token, not the variable's new value: returning it would make
         # XLA copy the whole variable out of the compiled function.
         return tf.constant(True)
+
+    def _jit_dense_steps(self, grads, variables, var_slots, coefficients, decays):
+        for args in zip(grads, variables, var_slots, coefficients, decays):
+            self._dense_step(*args)
+        return tf.constant(True)
+
+    def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
+        """Without a ``tf.distribute`` strategy, the dense updates of the small
+        ordinary variables of one device run as one XLA call: a call per variable
+        costs more than a small variable's update. Large variables keep a call
+        each, which TensorFlow runs in parallel (see ``benchmarks/``)."""
+        if not self.jit_compile or tf.distribute.has_strategy():
+            return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
+        batches: dict = {}
+        rest = []
+        for grad, var in grads_and_vars:
+            if (isinstance(grad, tf.IndexedSlices) or type(var).__name__ != "ResourceVariable"
+                    or var.constraint is not None or self.updater_for(var) is not None
+                    or var.shape.num_elements() is None or var.shape.num_elements() > _XLA_BATCH_MAX_ELEMENTS):
+                rest.append((grad, var))
+            else:
+                batches.setdefault(var.device, []).append((grad, var))
+        calls = []
+        for device, pairs in batches.items():
+            grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+            decays = [self._decays(v) for v in variables]
+            key = ("batch", device, tuple((tuple(v.shape.as_list()), v.dtype) for v in variables), tuple(decays))
+            if key not in self._jit_steps:
+                self._jit_steps[key] = tf.function(self._jit_dense_steps, jit_compile=True)
+            with tf.device(device):
+                calls.append(self._jit_steps[key](
+                    grads, variables, [slots_lib.get_slots(self, v, self._specs()) for v in variables],
+                    [self._coefficients(v, apply_state) for v in variables], decays))
+        with tf.control_dependencies(calls):
+            return super()._distributed_apply(distribution, rest, apply_state, name)
 
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict) -> Any:
         updater = self.updater_for(handle)

@@ -128,9 +128,9 @@ class CustomOptimizerV2(OptimizerV2):
         updaters: ``{var.ref() or regex searched in var.name: VariableUpdater}``
             (or a list of ``(variable or regex, updater)`` pairs): those
             variables follow the updater instead of this optimizer's rule.
-        jit_compile: Compile each variable's dense update (decay included)
-            with XLA. Defaults to ``True``, measured faster on CPU (see
-            ``benchmarks/``).
+        jit_compile: Compile the dense updates (decay included) with XLA:
+            one call per step for the small variables, one per large variable.
+            Defaults to ``True``, measured faster on CPU (see ``benchmarks/``).
         weight_decay: Decoupled weight decay (float, tensor, callable or
             schedule); ``None`` for none. See :class:`DecoupledWeightDecay`.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching

@@ -21,22 +21,15 @@ True
 
 from __future__ import annotations
 
-import importlib.util
-
 from optimizers.adamw import AdamW
 from optimizers.keras_compat import keras
+from optimizers.moving_average import MovingAverage
 from optimizers.sgdw import SGDW
 
 __all__ = ["TFA_NAMES", "register_tfa_names"]
 
 #: TFA's registered name -> this library's class.
-TFA_NAMES: dict[str, type] = {"Addons>AdamW": AdamW, "Addons>SGDW": SGDW}
-
-# MovingAverage lives in its own module (written separately): registered when that module exists.
-if importlib.util.find_spec("optimizers.moving_average") is not None:
-    from optimizers.moving_average import MovingAverage
-
-    TFA_NAMES["Addons>MovingAverage"] = MovingAverage
+TFA_NAMES: dict[str, type] = {"Addons>AdamW": AdamW, "Addons>SGDW": SGDW, "Addons>MovingAverage": MovingAverage}
 
 
 def register_tfa_names() -> None:

@@ -150,3 +150,17 @@ def test_unstored_constructor_argument_is_reported_by_get_config():
 
     with pytest.raises(NotImplementedError, match=r"cannot find constructor argument `flavour`"):
         Forgetful().get_config()
+
+
+@pytest.mark.default_stack_only
+@pytest.mark.skipif(TF_VERSION < (2, 16), reason="tf-keras is needed only beside TF >= 2.16")
+def test_missing_tf_keras_says_what_to_install():
+    import subprocess
+    import sys
+
+    # A fresh interpreter in which `import tf_keras` fails, as where tf-keras is not installed.
+    code = "import sys; sys.modules['tf_keras'] = None; import optimizers"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    version = f"{TF_VERSION[0]}.{TF_VERSION[1]}"
+    assert f"pip install 'tf-keras=={version}.*'" in result.stderr

@@ -154,7 +154,6 @@ class MovingAverage(CustomOptimizerV2):
         self.dynamic_decay = dynamic_decay
         self.has_shadow_copy = False  # True once averages exist for swap_weights()
         self._model_weights: list[tf.Variable] = []
-        self._jit_average: Any = None
 
     # ------------------------------------------------------------ inner optimizer
     @property
@@ -257,9 +256,11 @@ class MovingAverage(CustomOptimizerV2):
 
     def _average_fn(self, average: tf.Variable, var: tf.Variable, decay: tf.Tensor) -> None:
         if self.jit_compile:
-            if self._jit_average is None:
-                self._jit_average = tf.function(_average_step, jit_compile=True)
-            self._jit_average(average, tf.convert_to_tensor(var), decay)
+            # One compiled function per (shape, dtype), in the template's cache: no retracing.
+            key = ("average", tuple(average.shape.as_list()), average.dtype)
+            if key not in self._jit_steps:
+                self._jit_steps[key] = tf.function(_average_step, jit_compile=True)
+            self._jit_steps[key](average, tf.convert_to_tensor(var), decay)
         else:
             _average_step(average, var, decay)
 

@@ -39,7 +39,7 @@ venv: $(VENV)/.installed
 venv-tfa: $(VENV_TFA)/.installed
 
 lint: venv
-	$(VENV)/bin/ruff check optimizers slots tests benchmarks
+	$(VENV)/bin/ruff check optimizers slots tests benchmarks examples
 
 # Both stacks run the whole suite, except: tests marked `tfa` (live TensorFlow
 # Addons parity) run only on TF 2.15, where TFA imports; tests marked
@@ -58,7 +58,7 @@ test: lint docs test-default test-tf215
 	@echo "make test: all checks passed"
 
 demo: venv
-	$(PY) -m optimizers.demo
+	$(PY) examples/demo.py
 
 bench: venv venv-tfa
 	$(PY) benchmarks/run.py

@@ -1,8 +1,9 @@
 """``make demo``: train a real Keras 2 model with this library, against plain Adam.
 
-Run as ``python -m optimizers.demo [--epochs N] [--output-dir DIR]``. It trains a
-small convolutional network on scikit-learn's bundled digits (no download) twice
-from the same initial weights:
+Run from the repository root as ``python examples/demo.py [--epochs N] [--output-dir
+DIR]``; it imports ``optimizers`` as an installed package (``pip install -e .``). It
+trains a small convolutional network on scikit-learn's bundled digits (no download)
+twice from the same initial weights:
 
 * with ``MovingAverage(AdamW(...))`` and a variable updater: the model carries
   an activation statistic (the running max |activation|, as fp8 training keeps)
@@ -89,8 +90,8 @@ def train(model, optimizer, data, epochs: int, callbacks=()) -> dict:
 
 
 def plot(curves: dict, path: str) -> None:
-    # Imported here, not at module level: ``pytest --doctest-modules optimizers``
-    # imports this module on stacks without matplotlib.
+    # Imported here, not at module level: importing this module (as the tests do)
+    # or rejecting bad arguments needs no matplotlib.
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed

@@ -1,9 +1,7 @@
-"""Template-written Adam (tests/examples.py) vs tf_keras's fused built-in Adam."""
+"""Template-written Adam (optimizers.Adam) vs tf_keras's fused built-in Adam."""
 
 from benchmarks.common import Case, compare, dense_problem
-from optimizers import keras
-
-from examples import Adam
+from optimizers import Adam, keras
 
 
 def cases() -> list[Case]:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
-import sys
 import time
 from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -1,4 +1,4 @@
-"""Keras callbacks for :class:`~optimizers.MovingAverage`."""
+"""Keras callbacks for averaging wrappers (:class:`~optimizers.MovingAverage`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.keras_compat import keras
-from optimizers.moving_average import MovingAverage
+from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["MovingAverageCallback", "averaged_weights"]
 
@@ -23,10 +23,10 @@ def averaged_weights(model: Any) -> Iterator[None]:
     holds the averages both as weights and as optimizer state.
     """
     optimizer = model.optimizer
-    if not isinstance(optimizer, MovingAverage):
-        raise TypeError("The model must be compiled with a MovingAverage optimizer. "
+    if not isinstance(optimizer, AveragingWrapper):
+        raise TypeError("The model must be compiled with an averaging wrapper such as a MovingAverage optimizer. "
                         f"Received: model.optimizer={optimizer!r}")
-    variables = [v for v in model.variables if optimizer._average_of(v) is not None]
+    variables = [v for v in model.variables if optimizer.average_of(v) is not None]
     trained = [tf.identity(v) for v in variables]  # copies: assign_average_vars does not change them
     optimizer.assign_average_vars(variables)
     try:

@@ -5,7 +5,9 @@
   library imports ``tf_keras`` (the ``tf-keras`` package) directly. Users never
   need ``TF_USE_LEGACY_KERAS``.
 
-Everything else in the library imports ``keras`` and ``tf`` from here.
+Everything else in the library imports ``keras`` from here, and every access
+to a private attribute of Keras 2 or TensorFlow goes through a function of this
+module: one place to fix when ``tf-keras`` changes.
 """
 
 from __future__ import annotations
@@ -59,6 +61,96 @@ def check_keras2_model(model: object) -> None:
     """Raise a ``TypeError`` saying what to import if ``model`` is a Keras 3 model."""
     if is_keras3_object(model):
         raise TypeError(f"Received a Keras 3 object: model={model!r}. {KERAS3_HINT}")
+
+
+def distributed_container(var: Any) -> Any:
+    """The distributed variable a per-replica component belongs to, else ``var``.
+
+    Newer TensorFlow marks the component's handle tensor instead of the component.
+    """
+    if isinstance(var, tf.distribute.DistributedValues):
+        return var
+    if hasattr(var, "_distributed_container"):
+        return var._distributed_container()
+    handle = getattr(var, "handle", None)
+    if handle is not None and hasattr(handle, "_distributed_container"):
+        return handle._distributed_container()
+    return var
+
+
+def variable_key(var: Any) -> Any:
+    """A key that identifies ``var`` through distributed containers.
+
+    Under ``tf.distribute`` the optimizer sees a per-replica component; its key
+    is that of the distributed variable it belongs to.
+    """
+    var = distributed_container(var)
+    if getattr(var, "_in_graph_mode", False):
+        return var._shared_name
+    return var._unique_id
+
+
+def on_this_device(value: Any) -> Any:
+    """The component of a distributed ``value`` for the replica being updated."""
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value._get_on_device_or_primary()
+    return value
+
+
+def is_plain_resource_variable(var: Any) -> bool:
+    """A ``ResourceVariable`` itself (not a distributed, sharded or mirrored wrapper)."""
+    return type(var).__name__ == "ResourceVariable"
+
+
+def create_all_weights(optimizer: Any, var_list: list) -> None:
+    """OptimizerV2's ``_create_all_weights``: step counter, hyperparameters, slots."""
+    optimizer._create_all_weights(var_list)
+
+
+def aggregate_gradients(optimizer: Any, grads_and_vars: list) -> list:
+    """OptimizerV2's cross-replica gradient aggregation of ``optimizer`` (``LossScaleOptimizer`` calls it)."""
+    return optimizer._aggregate_gradients(grads_and_vars)
+
+
+def transform_unaggregated_gradients(optimizer: Any, grads_and_vars: list) -> list:
+    return optimizer._transform_unaggregated_gradients(grads_and_vars)
+
+
+def create_hypers(optimizer: Any) -> None:
+    """Turn ``optimizer``'s hyperparameters into variables (OptimizerV2 does it lazily)."""
+    optimizer._create_hypers()
+
+
+def hyper_dict(optimizer: Any) -> dict:
+    """OptimizerV2's ``{name: value or variable}`` of hyperparameters (none for a ``LossScaleOptimizer``)."""
+    return getattr(optimizer, "_hyper", None) or {}
+
+
+def slot_dict(optimizer: Any) -> dict:
+    """OptimizerV2's ``{variable key: {slot name: slot variable}}``."""
+    return getattr(optimizer, "_slots", {})
+
+
+def optimizer_name(optimizer: Any) -> str:
+    return optimizer._name
+
+
+def track(owner: Any, child: Any, name: str) -> None:
+    """Make ``child`` a checkpoint dependency of ``owner`` called ``name``."""
+    owner._track_trackable(child, name, overwrite=True)
+
+
+def fallback_apply_state(optimizer: Any, device: str, dtype: tf.DType) -> dict:
+    return optimizer._fallback_apply_state(device, dtype)
+
+
+def maybe_merge_call(fn: Any, strategy: Any, *args: Any) -> Any:
+    """Call ``fn(strategy, *args)`` in cross-replica context (a merge call if needed)."""
+    return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
+
+
+def is_sharded_variable(var: Any) -> bool:
+    return isinstance(var, tf.__internal__.distribute.ShardedVariable)
 
 
 def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:

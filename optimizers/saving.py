@@ -31,11 +31,10 @@ The first optimizer that creates a slot of the recorded name for that variable
 takes the recorded value (after ``load_model`` that is the optimizer it
 compiled); each recorded value is used once.
 
-A wrapper (``MovingAverage``) whose ``inner_optimizer`` is a built-in Keras
-optimizer also keeps the inner one's slots and hyperparameters: they are saved
-with the wrapper's state, and written into the inner slots when the wrapper
-creates its own slot for the same variable (the inner optimizer creates its
-slots first).
+A wrapper (:class:`~optimizers.OptimizerWrapper`) whose inner optimizer cannot
+save itself (a built-in Keras optimizer) passes it as ``inner``: its slots and
+hyperparameters are saved with the wrapper's state, and written into the inner
+slots when the wrapper has created the weights of a step.
 
 Files that hold no optimizer state (saved before the first step, or before this
 library kept it) load as they always did.
@@ -49,23 +48,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from optimizers.updaters import distributed_container
+from optimizers.keras_compat import create_hypers, distributed_container, hyper_dict
 
-__all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "record_restored_slot"]
+__all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "record_restored_slot",
+           "restore_inner_slots", "slot_index"]
 
 _NAMES = "names"  # JSON list of entries, stored as bytes; values are stored under "0", "1", ...
 _RESTORED_ATTR = "_custom_optimizer_v2_restored_slots"
 
 
-def _slot_index(optimizer: Any) -> dict:
+def slot_index(optimizer: Any) -> dict:
     """``{(variable name, slot name): (variable, slot variable)}``, filled by ``add_slot``."""
     return optimizer.__dict__.setdefault("_slots_by_name", {})
-
-
-def _builtin_inner(optimizer: Any) -> Any:
-    """The wrapped optimizer if it cannot save itself (a built-in Keras one), else ``None``."""
-    inner = getattr(optimizer, "inner_optimizer", None)
-    return None if inner is None or hasattr(inner, "save_own_variables") else inner
 
 
 def _assign(variable: tf.Variable, value: Any) -> None:
@@ -78,27 +72,27 @@ def _assign(variable: tf.Variable, value: Any) -> None:
 
 
 def _hypers(optimizer: Any) -> list:
-    return [(name, h) for name, h in sorted(optimizer._hyper.items()) if isinstance(h, tf.Variable)]
+    return [(name, h) for name, h in sorted(hyper_dict(optimizer).items()) if isinstance(h, tf.Variable)]
 
 
-def save_own_variables(optimizer: Any, store: Any) -> None:
-    """Write ``iterations``, hyperparameter variables and slots into ``store``."""
+def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables: Any = ()) -> None:
+    """Write ``iterations``, hyperparameter variables and slots into ``store``
+    (and those of ``inner``, a wrapped optimizer that cannot save itself: its
+    slots of ``variables``)."""
     entries: list = [["iterations"]]
     values = [optimizer.iterations]
     for name, hyper in _hypers(optimizer):
         entries.append(["hyper", name])
         values.append(hyper)
-    index = sorted(_slot_index(optimizer).items())
+    index = sorted(slot_index(optimizer).items())
     for (var_name, slot_name), (_, slot) in index:
         entries.append(["slot", var_name, slot_name])
         values.append(slot)
-    inner = _builtin_inner(optimizer)
     if inner is not None:
         for name, hyper in _hypers(inner):
             entries.append(["inner_hyper", name])
             values.append(hyper)
-        variables = {var_name: var for (var_name, _), (var, _) in index}
-        for var_name, var in sorted(variables.items()):
+        for var_name, var in sorted({var.name: var for var in variables}.items()):
             for slot_name in inner.get_slot_names():
                 try:
                     values.append(inner.get_slot(var, slot_name))
@@ -113,7 +107,7 @@ def save_own_variables(optimizer: Any, store: Any) -> None:
         store[str(position)] = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
-def load_own_variables(optimizer: Any, store: Any) -> None:
+def load_own_variables(optimizer: Any, store: Any, inner: Any = None) -> None:
     """Read what :func:`save_own_variables` wrote (nothing if the file has no
     optimizer state, e.g. one written before this library kept it)."""
     if _NAMES not in store:
@@ -126,9 +120,11 @@ def load_own_variables(optimizer: Any, store: Any) -> None:
         if kind == "iterations":
             _assign(optimizer.iterations, value)
         elif kind in ("hyper", "inner_hyper"):
-            owner = optimizer if kind == "hyper" else _builtin_inner(optimizer)
-            owner._create_hypers()
-            hyper = owner._hyper.get(entry[1])
+            owner = optimizer if kind == "hyper" else inner
+            if owner is None:
+                continue
+            create_hypers(owner)
+            hyper = hyper_dict(owner).get(entry[1])
             if isinstance(hyper, tf.Variable):
                 _assign(hyper, value)
         else:
@@ -144,8 +140,8 @@ def _take_restored_scalars(optimizer: Any, restored_optimizer: Any) -> None:
     if restored_iterations is None:
         restored_iterations = restored_optimizer.iterations
     _assign(optimizer.iterations, restored_iterations)
-    for name, hyper in restored_optimizer._hyper.items():
-        own = optimizer._hyper.get(name)
+    for name, hyper in hyper_dict(restored_optimizer).items():
+        own = hyper_dict(optimizer).get(name)
         if isinstance(own, tf.Variable) and isinstance(hyper, tf.Variable):
             _assign(own, hyper)
 
@@ -165,11 +161,8 @@ def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
     return slot.numpy()
 
 
-def restore_inner_slots(optimizer: Any, var: tf.Variable) -> None:
-    """Write loaded values into a built-in inner optimizer's slots of ``var``."""
-    inner = _builtin_inner(optimizer)
-    if inner is None:
-        return
+def restore_inner_slots(optimizer: Any, inner: Any, var: tf.Variable) -> None:
+    """Write values loaded by ``optimizer`` into ``inner``'s slots of ``var``."""
     pending = optimizer.__dict__.get("_pending_slot_values") or {}
     restored = getattr(distributed_container(var), _RESTORED_ATTR, None) or {}
     for slot_name in inner.get_slot_names():

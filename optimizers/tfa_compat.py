@@ -21,10 +21,9 @@ True
 
 from __future__ import annotations
 
-from optimizers.adamw import AdamW
 from optimizers.keras_compat import keras
-from optimizers.moving_average import MovingAverage
-from optimizers.sgdw import SGDW
+from optimizers.rules import SGDW, AdamW
+from optimizers.wrappers import MovingAverage
 
 __all__ = ["TFA_NAMES", "register_tfa_names"]
 

@@ -2,23 +2,33 @@
 
 An updater is attached to a variable in one of three ways (first match wins):
 
-1. the optimizer's ``updaters=`` mapping: ``{variable or regex on var.name: updater}``;
+1. the optimizer's ``updaters=`` mapping: ``{variable or regex on var.name: rule}``
+   (a variable matched by two regexes of different rules is refused);
 2. :func:`set_updater` (``var`` carries the updater wherever it goes);
 3. the Keras 3 convention ``var.overwrite_with_gradient = True``
    (means :class:`OverwriteWithGradient`).
 
-A variable with an updater gets none of the optimizer's slots (only the
-updater's own), is exempt from gradient clipping and weight decay, and its
-gradient is reduced across replicas by the updater's ``reduction``.
+The rule may be a :class:`VariableUpdater` or any optimizer written on the
+template (:class:`~optimizers.CustomOptimizerV2`): both follow one protocol,
+:class:`~optimizers.UpdateRule`, so "different optimizers for different
+variables" is this mapping. A variable with an updater gets none of the
+optimizer's slots (only the updater's own, named ``"<rule_name>/<slot>"``), is
+exempt from the optimizer's gradient clipping and weight decay, and its
+gradient is reduced across replicas by the rule's ``reduction``. The rule's
+hyperparameters (schedules too) are evaluated at the optimizer's step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
 
+from optimizers import config as config_lib
+from optimizers.keras_compat import distributed_container, variable_key
+from optimizers.rule import REDUCTIONS, UpdateRule
 from slots import SlotSpec
 
 __all__ = [
@@ -28,60 +38,44 @@ __all__ = [
     "RowwiseAdagrad",
     "set_updater",
     "get_updater",
-    "REDUCTIONS",
+    "Routing",
 ]
 
-REDUCTIONS = ("sum", "mean", "max", "none")
 _ATTR = "_custom_optimizer_v2_updater"
 
 
-class VariableUpdater:
-    """Base class of per-variable update rules.
+class VariableUpdater(UpdateRule):
+    """Base class of per-variable update rules that are not optimizers.
 
-    Override :meth:`update_dense` (required) and, for speed, :meth:`update_sparse`;
-    declare slots in :meth:`slot_specs`; set ``reduction`` to say how the
-    gradient is combined across replicas (``"sum"``, ``"mean"``, ``"max"``, or
-    ``"none"`` when the gradient is not used).
+    Write the hooks of :class:`~optimizers.UpdateRule`: ``update_dense``
+    (required), ``update_sparse`` (for speed), ``slot_specs(var)``,
+    ``prepare``; declare hyperparameters with ``add_hyperparameter`` (floats,
+    tensors, callables and schedules, evaluated at the optimizer's step); set
+    ``reduction`` to say how the gradient is combined across replicas.
+    ``get_config`` is read from the constructor's signature.
     """
 
-    reduction: str = "sum"
-
-    def slot_specs(self) -> Sequence[SlotSpec]:
-        """The slots this rule needs per variable. Defaults to none."""
-        return ()
-
-    def update_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict[str, tf.Variable]) -> Any:
-        """Apply the rule for a dense gradient; return the update op."""
-        raise NotImplementedError(f"{type(self).__name__} must implement update_dense")
-
-    def update_sparse(
-        self, grad: tf.Tensor, var: tf.Variable, indices: tf.Tensor, slots: dict[str, tf.Variable]
-    ) -> Any:
-        """Apply the rule to the rows ``indices`` (unique) with values ``grad``.
-
-        The default scatters the rows into a dense gradient and calls
-        :meth:`update_dense`.
-        """
-        dense = tf.scatter_nd(tf.expand_dims(indices, -1), grad, tf.shape(var, out_type=indices.dtype))
-        return self.update_dense(dense, var, slots)
-
-    @property
-    def name(self) -> str:
-        """Prefix of this rule's slot names."""
-        return type(self).__name__
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        config_lib.register(cls)
 
     def get_config(self) -> dict[str, Any]:
-        return {}
+        def value_of(pname: str) -> Any:
+            if pname in self.hyperparameter_names:
+                return config_lib.serialize_hyperparameter(self._read_hyperparameter(pname))
+            return config_lib.attribute_value(self, pname)
+
+        return config_lib.signature_config(self, value_of)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> VariableUpdater:
-        return cls(**config)
+        return cls(**config_lib.deserialize_values(config))
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.get_config() == other.get_config()  # type: ignore[union-attr]
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(sorted(self.get_config().items()))))
+        return hash(type(self))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
@@ -101,14 +95,11 @@ class OverwriteWithGradient(VariableUpdater):
             raise ValueError(f"`reduction` must be 'mean' or 'max'. Received: reduction={reduction!r}")
         self.reduction = reduction
 
-    def update_dense(self, grad, var, slots):
+    def update_dense(self, grad, var, slots, coefficients):
         return var.assign(tf.cast(grad, var.dtype), read_value=False)
 
-    def update_sparse(self, grad, var, indices, slots):
+    def update_sparse(self, grad, var, indices, slots, coefficients):
         return var.scatter_update(tf.IndexedSlices(tf.cast(grad, var.dtype), indices))
-
-    def get_config(self):
-        return {"reduction": self.reduction}
 
 
 class Frozen(VariableUpdater):
@@ -116,10 +107,10 @@ class Frozen(VariableUpdater):
 
     reduction = "none"
 
-    def update_dense(self, grad, var, slots):
+    def update_dense(self, grad, var, slots, coefficients):
         return tf.no_op()
 
-    def update_sparse(self, grad, var, indices, slots):
+    def update_sparse(self, grad, var, indices, slots, coefficients):
         return tf.no_op()
 
 
@@ -134,79 +125,67 @@ class RowwiseAdagrad(VariableUpdater):
         w_i \leftarrow w_i - \eta\, g_i / (\sqrt{a_i} + \epsilon)
 
     Its slot has shape ``[rows, 1]``: one number per row instead of Adam's two
-    per element.
+    per element. The variable must have rank >= 1.
 
     Args:
-        learning_rate: :math:`\eta`. Defaults to ``0.01``.
+        learning_rate: :math:`\eta`: float, tensor, callable or schedule
+            (evaluated at the optimizer's step). Defaults to ``0.01``.
         initial_accumulator_value: Defaults to ``0.1``.
         epsilon: Defaults to ``1e-7``.
     """
 
-    def __init__(self, learning_rate: float = 0.01, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7):
-        for arg, value in (("learning_rate", learning_rate), ("initial_accumulator_value", initial_accumulator_value),
-                           ("epsilon", epsilon)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"`{arg}` must be a number >= 0. Received: {arg}={value!r}")
-        self.learning_rate = float(learning_rate)
+    def __init__(self, learning_rate: Any = 0.01, initial_accumulator_value: float = 0.1, epsilon: Any = 1e-7):
+        if (isinstance(initial_accumulator_value, bool) or not isinstance(initial_accumulator_value, (int, float))
+                or not initial_accumulator_value >= 0):
+            raise ValueError("`initial_accumulator_value` must be a number >= 0. "
+                             f"Received: initial_accumulator_value={initial_accumulator_value!r}")
+        self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+        self.add_hyperparameter("epsilon", epsilon, low=0.0)
         self.initial_accumulator_value = float(initial_accumulator_value)
-        self.epsilon = float(epsilon)
 
-    def slot_specs(self):
+    def slot_specs(self, var):
+        if var.shape.rank == 0:
+            raise ValueError(f"RowwiseAdagrad updates rows, so its variable needs rank >= 1. Received: var={var!r}")
         value = self.initial_accumulator_value
         return (SlotSpec("accumulator", initializer=lambda shape, dtype: tf.fill(shape, tf.cast(value, dtype)),
                          shape=lambda shape: shape[:1] + [1]),)
 
-    def _step(self, grad, acc_rows, dtype):
+    @staticmethod
+    def _step(grad, acc_rows, coefficients):
         grad2 = tf.reshape(grad, [tf.shape(grad)[0], -1])
         new_acc = acc_rows + tf.reduce_mean(tf.square(grad2), axis=1, keepdims=True)
-        scale = self.learning_rate / (tf.sqrt(new_acc) + self.epsilon)
-        delta = grad2 * tf.cast(scale, dtype)
-        return new_acc, tf.reshape(delta, tf.shape(grad))
+        scale = coefficients["learning_rate"] / (tf.sqrt(new_acc) + coefficients["epsilon"])
+        return new_acc, tf.reshape(grad2 * scale, tf.shape(grad))
 
-    def update_dense(self, grad, var, slots):
+    def update_dense(self, grad, var, slots, coefficients):
         acc = slots["accumulator"]
-        new_acc, delta = self._step(grad, acc.read_value(), var.dtype)
+        new_acc, delta = self._step(grad, acc.read_value(), coefficients)
         return tf.group(acc.assign(new_acc), var.assign_sub(delta))
 
-    def update_sparse(self, grad, var, indices, slots):
+    def update_sparse(self, grad, var, indices, slots, coefficients):
         acc = slots["accumulator"]
-        new_acc, delta = self._step(grad, tf.gather(acc, indices), var.dtype)
+        new_acc, delta = self._step(grad, tf.gather(acc, indices), coefficients)
         return tf.group(
             acc.scatter_update(tf.IndexedSlices(new_acc, indices)),
             var.scatter_sub(tf.IndexedSlices(delta, indices)),
         )
 
-    def get_config(self):
-        return {"learning_rate": self.learning_rate, "initial_accumulator_value": self.initial_accumulator_value,
-                "epsilon": self.epsilon}
 
-
-def check_updater(updater: object, argument: str = "updater") -> VariableUpdater:
-    """Return ``updater`` if it is a :class:`VariableUpdater`, else raise ``TypeError``."""
-    if not isinstance(updater, VariableUpdater):
+def check_updater(updater: object, argument: str = "updater") -> UpdateRule:
+    """Return ``updater`` if it is a rule (a :class:`VariableUpdater` or a
+    template optimizer), else raise ``TypeError``."""
+    if not isinstance(updater, UpdateRule):
         raise TypeError(
-            f"`{argument}` must be a VariableUpdater instance (for example "
-            f"optimizers.OverwriteWithGradient()). Received: {argument}={updater!r}"
+            f"`{argument}` must be a VariableUpdater (for example optimizers.OverwriteWithGradient()) or an "
+            f"optimizer written on CustomOptimizerV2. Received: {argument}={updater!r}"
         )
+    if updater.reduction not in REDUCTIONS:
+        raise ValueError(f"`reduction` of {type(updater).__name__} must be one of {REDUCTIONS}. "
+                         f"Received: reduction={updater.reduction!r}")
     return updater
 
 
-def distributed_container(var: Any) -> Any:
-    """The distributed variable a per-replica component belongs to, else ``var``.
-
-    Newer TensorFlow marks the component's handle tensor instead of the component.
-    """
-    if isinstance(var, tf.distribute.DistributedValues):
-        return var
-    if hasattr(var, "_distributed_container"):
-        return var._distributed_container()
-    handle = getattr(var, "handle", None)
-    if handle is not None and hasattr(handle, "_distributed_container"):
-        return handle._distributed_container()
-    return var
-
-
-def set_updater(var: tf.Variable, updater: VariableUpdater | None) -> None:
+def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
     """Attach ``updater`` to ``var`` (``None`` detaches it)."""
     if updater is not None:
         check_updater(updater)
@@ -215,7 +194,7 @@ def set_updater(var: tf.Variable, updater: VariableUpdater | None) -> None:
     object.__setattr__(distributed_container(var), _ATTR, updater)
 
 
-def get_updater(var: tf.Variable) -> VariableUpdater | None:
+def get_updater(var: tf.Variable) -> UpdateRule | None:
     """The updater attached to ``var`` by :func:`set_updater` or by the Keras 3
     ``overwrite_with_gradient`` attribute, or ``None``."""
     for candidate in (var, distributed_container(var)):
@@ -253,3 +232,65 @@ def after_sum(summed: Any, reduction: str, num_replicas: int) -> Any:
             return tf.IndexedSlices(summed.values / num_replicas, summed.indices, summed.dense_shape)
         return summed / num_replicas
     return summed
+
+
+class Routing:
+    """The ``updaters=`` argument of an optimizer: which variables follow which rule.
+
+    Args:
+        updaters: ``{variable or regex searched in var.name: rule}``, or a
+            list of ``(variable or regex, rule)`` pairs; ``None`` for none.
+    """
+
+    def __init__(self, updaters: Any = None) -> None:
+        self.patterns: dict[str, UpdateRule] = {}
+        self._by_key: dict[Any, UpdateRule] = {}
+        if updaters is None:
+            return
+        if isinstance(updaters, Mapping):
+            pairs = list(updaters.items())
+        elif isinstance(updaters, (list, tuple)) and all(isinstance(p, tuple) and len(p) == 2 for p in updaters):
+            pairs = list(updaters)
+        else:
+            raise TypeError("`updaters` must be a mapping {var.ref() or regex: VariableUpdater} or a list of "
+                            f"(variable or regex, VariableUpdater) pairs. Received: updaters={updaters!r}")
+        for key, updater in pairs:
+            check_updater(updater)
+            if hasattr(key, "deref"):  # a variable's .ref()
+                key = key.deref()
+            if isinstance(key, str):
+                try:
+                    re.compile(key)
+                except re.error as error:
+                    raise ValueError(f"`updaters` key {key!r} is not a valid regex ({error}). "
+                                     f"Received: updaters={updaters!r}") from None
+                self.patterns[key] = updater
+            elif isinstance(key, tf.Variable):
+                self._by_key[variable_key(key)] = updater
+            else:
+                raise TypeError("`updaters` keys must be variables (var.ref() in a dict) or regex strings. "
+                                f"Received key {key!r} in updaters={updaters!r}")
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns or self._by_key)
+
+    def lookup(self, var: tf.Variable) -> UpdateRule | None:
+        """The rule for ``var``: the mapping first, then the variable's own updater."""
+        if self._by_key:
+            updater = self._by_key.get(variable_key(var))
+            if updater is not None:
+                return updater
+        if self.patterns:
+            name = distributed_container(var).name
+            matches = [(p, u) for p, u in self.patterns.items() if re.search(p, name)]
+            if len({id(u) for _, u in matches}) > 1:
+                raise ValueError(f"Variable {name!r} matches several `updaters` patterns with different rules: "
+                                 f"{[p for p, _ in matches]}. Make the patterns exclusive. "
+                                 f"Received: updaters={self.patterns!r}")
+            if matches:
+                return matches[0][1]
+        return get_updater(var)
+
+    def rules(self) -> list[UpdateRule]:
+        """Every rule named in the mapping."""
+        return list(self.patterns.values()) + list(self._by_key.values())

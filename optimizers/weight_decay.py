@@ -1,79 +1,137 @@
-r"""Decoupled weight decay, a piece of the template usable by any optimizer.
+r"""Weight decay, a policy a rule declares, and variable masks any rule can query.
 
-Two rules, applied to each decayed variable *before* the optimizer's update:
+A :class:`~optimizers.CustomOptimizerV2` subclass says where decay happens
+with its class attribute ``weight_decay_placement``:
 
-.. math::
+* ``"before"`` (the default): decoupled decay applied by the template to each
+  decayed variable *before* the rule's update (TensorFlow Addons' AdamW/SGDW):
 
-    \text{default (TensorFlow Addons):}\quad & \theta \leftarrow \theta - \lambda_t\,\theta \\
-    \text{scale\_weight\_decay\_by\_lr=True (Keras 3, PyTorch, optax):}\quad
-        & \theta \leftarrow \theta - \eta_t\,\lambda_t\,\theta
+  .. math::
+
+      \text{default (TensorFlow Addons):}\quad & \theta \leftarrow \theta - \lambda_t\,\theta \\
+      \text{scale\_weight\_decay\_by\_lr=True (Keras 3, PyTorch, optax):}\quad
+          & \theta \leftarrow \theta - \eta_t\,\lambda_t\,\theta
+
+* ``"inside"``: the template decays nothing; the rule reads
+  ``coefficients["weight_decay_factor"]`` (:math:`\lambda_t`, or
+  :math:`\eta_t\lambda_t`) and the per-variable flag ``coefficients["decayed"]``
+  and uses them in its own update (LAMB adds :math:`\lambda\theta` to the
+  update before its trust ratio).
+* ``"none"``: the rule refuses a ``weight_decay`` argument.
 
 :math:`\lambda_t` is ``weight_decay`` (float, tensor, callable or schedule,
 evaluated at the step) and :math:`\eta_t` the learning rate. A sparse step
 decays only the rows it touches. Variables with an updater are never decayed.
+Which variables decay is a :class:`VariableMask`: all but those matching
+``exclude_from_weight_decay``, or exactly ``decay_var_list`` when it is given
+to ``apply_gradients``/``minimize``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["DecoupledWeightDecay"]
+from optimizers.keras_compat import distributed_container, variable_key
+
+__all__ = ["VariableMask", "DecoupledWeightDecay", "PLACEMENTS"]
+
+PLACEMENTS = ("before", "inside", "none")
+
+
+class VariableMask:
+    """A set of variables: regexes searched in ``var.name``, and variable objects.
+
+    Args:
+        items: Regex strings and/or ``tf.Variable`` objects (``None``: empty).
+        argument: The argument name that errors repeat.
+
+    >>> import tensorflow as tf
+    >>> from optimizers import VariableMask
+    >>> kernel, bias = tf.Variable(1.0, name="dense/kernel"), tf.Variable(1.0, name="dense/bias")
+    >>> mask = VariableMask(["bias"])
+    >>> mask.matches(kernel), mask.matches(bias)
+    (False, True)
+    """
+
+    def __init__(self, items: Iterable[Any] | None = None, argument: str = "mask") -> None:
+        items = [] if items is None else items
+        if isinstance(items, (str, tf.Variable)) or not isinstance(items, Iterable):
+            raise TypeError(f"`{argument}` must be a list of regex strings or variables. "
+                            f"Received: {argument}={items!r}")
+        items = list(items)
+        self.patterns: list[str] = []
+        self._keys: set = set()
+        for item in items:
+            if isinstance(item, str):
+                try:
+                    re.compile(item)
+                except re.error as error:
+                    raise ValueError(f"`{argument}` holds an invalid regex {item!r} ({error}). "
+                                     f"Received: {argument}={items!r}") from None
+                self.patterns.append(item)
+            elif isinstance(item, tf.Variable):
+                self._keys.add(variable_key(item))
+            else:
+                raise TypeError(f"`{argument}` must be a list of regex strings or variables. "
+                                f"Received: {argument}={items!r}")
+
+    def matches(self, var: tf.Variable) -> bool:
+        """Whether ``var`` (or the distributed variable it belongs to) is in the mask."""
+        if self._keys and variable_key(var) in self._keys:
+            return True
+        name = distributed_container(var).name
+        return any(re.search(pattern, name) for pattern in self.patterns)
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns or self._keys)
 
 
 class DecoupledWeightDecay:
     """Which variables decay, and by how much; held by ``CustomOptimizerV2``.
 
     Args:
-        weight_decay: :math:`\\lambda` (the value is kept by the optimizer as a
-            hyperparameter; here it is only checked for presence).
         exclude_from_weight_decay: Regexes searched in ``var.name``.
         scale_by_lr: Multiply the decay by the learning rate.
     """
 
-    def __init__(self, weight_decay: Any, exclude_from_weight_decay: Sequence[str] | None = None,
-                 scale_by_lr: bool = False) -> None:
-        if exclude_from_weight_decay is None:
-            exclude_from_weight_decay = []
-        if isinstance(exclude_from_weight_decay, str) or not all(
-                isinstance(p, str) for p in exclude_from_weight_decay):
+    def __init__(self, exclude_from_weight_decay: Iterable[str] | None = None, scale_by_lr: bool = False) -> None:
+        if exclude_from_weight_decay is not None and (
+                isinstance(exclude_from_weight_decay, str)
+                or not all(isinstance(p, str) for p in exclude_from_weight_decay)):
             raise TypeError("`exclude_from_weight_decay` must be a list of regex strings. "
                             f"Received: exclude_from_weight_decay={exclude_from_weight_decay!r}")
-        for pattern in exclude_from_weight_decay:
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(f"`exclude_from_weight_decay` holds an invalid regex {pattern!r} ({error}). "
-                                 f"Received: exclude_from_weight_decay={exclude_from_weight_decay!r}") from None
         if not isinstance(scale_by_lr, bool):
             raise TypeError(f"`scale_weight_decay_by_lr` must be a bool. Received: "
                             f"scale_weight_decay_by_lr={scale_by_lr!r}")
-        self.exclude_from_weight_decay = list(exclude_from_weight_decay)
+        self.exclude = VariableMask(exclude_from_weight_decay, "exclude_from_weight_decay")
         self.scale_by_lr = scale_by_lr
 
-    def applies_to(self, var_name: str) -> bool:
-        """Whether a variable named ``var_name`` is decayed."""
-        return not any(re.search(pattern, var_name) for pattern in self.exclude_from_weight_decay)
+    def applies_to(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> bool:
+        """Whether ``var`` is decayed (``decay_var_list``, when given, decides alone)."""
+        if decay_var_list is not None:
+            return decay_var_list.matches(var)
+        return not self.exclude.matches(var)
 
-    def prepare(self, coefficients: dict[str, tf.Tensor]) -> None:
-        """Add ``"decay"``, the factor that multiplies the variable, to ``coefficients``."""
-        decay = coefficients["weight_decay"]
+    def prepare(self, coefficients: dict[str, Any]) -> None:
+        """Add ``"weight_decay_factor"``, what multiplies the variable, to ``coefficients``."""
+        factor = coefficients["weight_decay"]
         if self.scale_by_lr:
-            decay = decay * coefficients["lr_t"]
-        coefficients["decay"] = decay
+            factor = factor * coefficients["learning_rate"]
+        coefficients["weight_decay_factor"] = factor
 
     @staticmethod
-    def decay_dense(var: tf.Variable, coefficients: dict[str, tf.Tensor]) -> Any:
-        return var.assign_sub(coefficients["decay"] * var, read_value=False)
+    def decay_dense(var: tf.Variable, coefficients: dict[str, Any]) -> Any:
+        return var.assign_sub(coefficients["weight_decay_factor"] * var, read_value=False)
 
     @staticmethod
-    def decay_sparse(var: tf.Variable, indices: tf.Tensor, coefficients: dict[str, tf.Tensor]) -> Any:
+    def decay_sparse(var: tf.Variable, indices: tf.Tensor, coefficients: dict[str, Any]) -> Any:
         rows = tf.gather(var, indices)
-        return var.scatter_sub(tf.IndexedSlices(coefficients["decay"] * rows, indices))
+        return var.scatter_sub(tf.IndexedSlices(coefficients["weight_decay_factor"] * rows, indices))
 
     def get_config(self) -> dict[str, Any]:
-        return {"exclude_from_weight_decay": self.exclude_from_weight_decay or None,
+        return {"exclude_from_weight_decay": self.exclude.patterns or None,
                 "scale_weight_decay_by_lr": self.scale_by_lr}

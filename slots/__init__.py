@@ -1,9 +1,11 @@
 """Slot declaration, creation and accounting.
 
-A *slot* is a per-variable state tensor of an update rule (Adam's ``m`` and
-``v``, a moving average, an accumulator). A rule declares its slots as
-:class:`SlotSpec` values; :func:`create_slots` makes them for exactly the
-variables that use the rule; :func:`slot_memory` reports what they cost.
+A *slot* is a per-variable state tensor of an update rule or a wrapper (Adam's
+``m`` and ``v``, a moving average, an accumulator). A rule declares the slots of
+each variable as :class:`SlotSpec` values (its ``slot_specs(var)`` sees the
+variable, so slots may depend on its shape or value); :func:`create_slots`
+makes them for exactly the variables that use the rule; :func:`slot_memory`
+reports what they cost.
 
 >>> import tensorflow as tf
 >>> from optimizers import CustomOptimizerV2
@@ -31,8 +33,10 @@ class SlotSpec:
 
     Args:
         name: The slot's name, unique within the rule (``"m"``, ``"v"``...).
-        initializer: A Keras initializer name or callable. Defaults to
-            ``"zeros"``.
+        initializer: A Keras initializer name, or a callable
+            ``(shape, dtype) -> tensor``. It may read the variable, which
+            ``slot_specs(var)`` receives: ``lambda shape, dtype: tf.identity(var)``
+            starts the slot at the variable's value. Defaults to ``"zeros"``.
         shape: A function of the variable's shape that returns the slot's
             shape, for slots not shaped like the variable (for example one
             accumulator per row: ``lambda shape: shape[:1] + [1]``). Defaults
@@ -55,7 +59,7 @@ def as_slot_specs(specs: Iterable[SlotSpec | str]) -> tuple[SlotSpec, ...]:
         if isinstance(spec, str):
             spec = SlotSpec(spec)
         if not isinstance(spec, SlotSpec):
-            raise TypeError(f"`slot_specs` must hold SlotSpec or str values. Received: {spec!r}")
+            raise TypeError(f"`slot_specs` must return SlotSpec or str values. Received: {spec!r}")
         out.append(spec)
     names = [s.name for s in out]
     if len(set(names)) != len(names):
@@ -85,7 +89,9 @@ def get_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], prefi
     for spec in specs:
         slot = optimizer.get_slot(var, prefix + spec.name)
         if isinstance(slot, tf.distribute.DistributedValues):
-            slot = slot._get_on_device_or_primary()  # the replica being updated
+            from optimizers.keras_compat import on_this_device
+
+            slot = on_this_device(slot)  # the replica being updated
         out[spec.name] = slot
     return out
 
@@ -99,11 +105,13 @@ def slot_memory(optimizer: Any) -> dict[str, int]:
     Returns:
         ``{slot_name: bytes}``, sorted by slot name; empty before the first step.
     """
+    from optimizers.keras_compat import is_sharded_variable, slot_dict
+
     totals: dict[str, int] = {}
-    slot_dicts: Mapping[Any, Mapping[str, Any]] = getattr(optimizer, "_slots", {})
+    slot_dicts: Mapping[Any, Mapping[str, Any]] = slot_dict(optimizer)
     for per_var in slot_dicts.values():
         for name, slot in per_var.items():
-            if isinstance(slot, tf.__internal__.distribute.ShardedVariable):
+            if is_sharded_variable(slot):
                 continue  # its shards are counted as variables of their own
             nbytes = slot.shape.num_elements() * slot.dtype.size
             totals[name] = totals.get(name, 0) + nbytes

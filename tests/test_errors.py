@@ -9,9 +9,9 @@ import tensorflow as tf
 
 import optimizers
 import slots
+from optimizers import SGD, Adam
 
 from conftest import TF_VERSION
-from examples import SGD, Adam
 
 CONSTRUCTOR_CASES = [
     # (constructor kwargs, exception, regex that must appear in the message)
@@ -124,7 +124,7 @@ def test_keras3_variable_gets_a_hint_to_use_tf_keras():
     (lambda: slots.as_slot_specs(["m", "m"]), ValueError, r"Slot names must be unique. Received: \['m', 'm'\]"),
     (lambda: slots.as_slot_specs([3]), TypeError, r"SlotSpec or str values. Received: 3"),
     (lambda: optimizers.RowwiseAdagrad(learning_rate=-1), ValueError,
-     r"`learning_rate` must be a number >= 0. Received: learning_rate=-1"),
+     r"`learning_rate` must be in \[0.0, inf\]. Received: learning_rate=-1"),
     (lambda: optimizers.set_updater(tf.constant(1.0), optimizers.Frozen()), TypeError,
      r"`var` must be a tf.Variable. Received: var="),
     (lambda: optimizers.OverwriteWithGradient("min"), ValueError, r"Received: reduction='min'"),

@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 import optimizers
+from optimizers import SGD as TemplateSGD
+from optimizers import Adam as TemplateAdam
 from optimizers import MovingAverage, MovingAverageCallback
 
 import reference
 from conftest import TOLERANCE, keras
-from examples import SGD as TemplateSGD
-from examples import Adam as TemplateAdam
 
 RULES = reference.MOVING_AVERAGE_RULES
 INNER = {

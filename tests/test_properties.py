@@ -11,8 +11,7 @@ from hypothesis.extra import numpy as hnp
 from integration.optimizers_under_test import IDS, OPTIMIZERS, optimizer_state
 
 import optimizers
-
-from examples import Adam
+from optimizers import Adam
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True, database=None)
 ROWS, COLS = 4, 3

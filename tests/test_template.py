@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from optimizers import SGD, Adam
+
 import reference
 from conftest import TOLERANCE, keras
-from examples import SGD, Adam
 
 CASES = {
     "sgd": (dict(learning_rate=0.1), reference.sgd, "SGD"),

@@ -1,4 +1,4 @@
-"""Variable updaters: DESIGN.md's six steps, checked one by one."""
+"""Variable updaters: the steps of one `apply_gradients` call (CustomOptimizerV2's docstring), checked one by one."""
 
 import numpy as np
 import pytest
@@ -6,9 +6,9 @@ import tensorflow as tf
 
 import optimizers
 import slots
+from optimizers import SGD, Adam
 
 from conftest import keras
-from examples import SGD, Adam
 
 
 def _pair(value, grad):
@@ -168,7 +168,7 @@ def test_updaters_config_round_trip_for_regex_keys():
     opt = SGD(updaters={"scale$": optimizers.OverwriteWithGradient("max"), "emb": optimizers.RowwiseAdagrad(0.2)})
     again = SGD.from_config(opt.get_config())
     assert again.get_config() == opt.get_config()
-    assert again._updater_patterns["emb"] == optimizers.RowwiseAdagrad(0.2)
+    assert again.updater_for(tf.Variable([[1.0]], name="emb")) == optimizers.RowwiseAdagrad(0.2)
 
 
 class NotAnUpdater:

@@ -17,8 +17,7 @@ import tensorflow as tf  # noqa: E402
 
 import optimizers  # noqa: E402
 from integration.optimizers_under_test import BATCH, OPTIMIZERS, data, model, train_step  # noqa: E402
-
-from examples import SGD  # noqa: E402
+from optimizers import SGD  # noqa: E402
 
 STEPS = 3
 

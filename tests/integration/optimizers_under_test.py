@@ -9,19 +9,13 @@ and a custom training step, shared by the tests and the worker scripts.
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for examples.py
-
-import optimizers  # noqa: E402
-from optimizers import keras  # noqa: E402
-
-from examples import SGD, Adam  # noqa: E402
+import optimizers
+from optimizers import SGD, Adam, keras
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,10 +10,9 @@ import tensorflow as tf
 
 import optimizers
 from integration.optimizers_under_test import BY_NAME, IDS, OPTIMIZERS, model, optimizer_state
-from optimizers import keras
+from optimizers import Adam, keras
 
 from conftest import TF_VERSION
-from examples import Adam
 
 CONSTRUCTOR_CASES = [
     # (constructor, exception, regex the message must contain)
@@ -47,7 +46,7 @@ CONSTRUCTOR_CASES = [
      r"unexpected keyword argument `sequential_update`. Received: sequential_update=True"),
     (lambda: optimizers.MovingAverage(Adam(clipnorm=1.0), clipnorm=2.0), ValueError,
      r"`clipnorm` is set both on the wrapper and on the inner optimizer. Received: clipnorm=2.0"),
-    (lambda: optimizers.RowwiseAdagrad(epsilon=math.nan), ValueError, r"`epsilon` must be a number >= 0. Received: epsilon=nan"),
+    (lambda: optimizers.RowwiseAdagrad(epsilon=math.nan), ValueError, r"`epsilon` must not be NaN. Received: epsilon=nan"),
     (lambda: optimizers.OverwriteWithGradient("sum"), ValueError,
      r"`reduction` must be 'mean' or 'max'. Received: reduction='sum'"),
     (lambda: Adam(updaters=[("bias", optimizers.Frozen(), "extra")]), TypeError, r"Received: updaters="),
@@ -134,7 +133,7 @@ def test_integer_variable_refused_by_the_wrapper_before_anything_moves():
 def test_unknown_updater_in_a_config_is_refused():
     config = Adam(updaters={"bias": optimizers.Frozen()}).get_config()
     config["updaters"] = {"bias": {"class_name": "Melt", "config": {}}}
-    with pytest.raises(ValueError, match=r"Unknown variable updater config. Received: \{'class_name': 'Melt'"):
+    with pytest.raises(ValueError, match=r"Unknown variable updater config.*Received: \{'class_name': 'Melt'"):
         Adam.from_config(config)
 
 

@@ -38,7 +38,7 @@ def test_mirrored_two_devices_equals_one_device(mirrored, case):
 @pytest.mark.parametrize("reduction, expected", [("mean", 1.5), ("max", 2.0)])
 def test_mirrored_overwrite_reduction_in_model_fit(mirrored, reduction, expected):
     """Replica r sends r + 1 as the statistic's gradient (a sum would give 3)."""
-    from examples import Adam
+    from optimizers import Adam
 
     with mirrored.scope():
         stat = tf.Variable([0.0], name="amax_statistic")

@@ -77,8 +77,7 @@ def test_clipping_equals_hand_computation(kind):
     """SGD (no momentum, lr 0.5), two ordinary variables and one overwrite variable
     (exempt from clipping); expected values by numpy."""
     import optimizers
-
-    from examples import SGD
+    from optimizers import SGD
 
     limit = 0.3
     w0 = np.array([1.0, -2.0, 3.0], "float32")

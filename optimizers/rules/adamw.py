@@ -1,17 +1,20 @@
-"""AdamW: Adam with decoupled weight decay, TensorFlow Addons' ``AdamW`` successor."""
+"""AdamW: Adam with decoupled weight decay, TensorFlow Addons' ``AdamW`` successor.
+
+The rule is :class:`~optimizers.Adam`'s; this class gives it TFA's signature
+(``weight_decay`` first and required) and decays before each step.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import tensorflow as tf
-
-from optimizers.template import CustomOptimizerV2, check_number
+from optimizers.hyperparameters import check_number
+from optimizers.rules.adam import Adam
 
 __all__ = ["AdamW"]
 
 
-class AdamW(CustomOptimizerV2):
+class AdamW(Adam):
     r"""Adam with decoupled weight decay (Loshchilov & Hutter, arXiv:1711.05101).
 
     Each step first decays the variable, then applies Adam (Kingma & Ba,
@@ -83,62 +86,5 @@ class AdamW(CustomOptimizerV2):
                  epsilon: float = 1e-7, amsgrad: bool = False, name: str = "AdamW", *, lazy: bool = False,
                  **kwargs: Any) -> None:
         check_number("weight_decay", weight_decay, low=0.0)
-        check_number("epsilon", epsilon, low=0.0)
-        for flag, value in (("amsgrad", amsgrad), ("lazy", lazy)):
-            if not isinstance(value, bool):
-                raise TypeError(f"`{flag}` must be a bool. Received: {flag}={value!r}")
-        super().__init__(name, weight_decay=weight_decay, **kwargs)
-        self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
-        self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
-        self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
-        self.epsilon = epsilon  # kept as given and converted per dtype, like Keras 2's Adam
-        self.amsgrad = amsgrad
-        self.lazy = lazy
-
-    def slot_specs(self) -> list[str]:
-        return ["m", "v", "vhat"] if self.amsgrad else ["m", "v"]
-
-    def prepare(self, dtype: tf.DType, coefficients: dict) -> None:
-        step, lr = coefficients["step"], coefficients["learning_rate"]
-        beta_1, beta_2 = coefficients["beta_1"], coefficients["beta_2"]
-        coefficients["alpha"] = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
-        eps = self.epsilon
-        coefficients["epsilon"] = tf.cast(eps, dtype) if tf.is_tensor(eps) else tf.constant(eps, dtype)
-
-    @staticmethod
-    def _update(m, v, coefficients):
-        return coefficients["alpha"] * m / (tf.sqrt(v) + coefficients["epsilon"])
-
-    def update_dense(self, grad, var, slots, coefficients):
-        m, v = slots["m"], slots["v"]
-        # New values first, assignments last: XLA then reads each slot once.
-        m_t = m + (grad - m) * (1 - coefficients["beta_1"])
-        v_t = v + (tf.square(grad) - v) * (1 - coefficients["beta_2"])
-        m.assign(m_t)
-        v.assign(v_t)
-        if self.amsgrad:
-            v_t = tf.maximum(slots["vhat"], v_t)
-            slots["vhat"].assign(v_t)
-        return var.assign_sub(self._update(m_t, v_t, coefficients))
-
-    def update_sparse(self, grad, var, indices, slots, coefficients):
-        m, v = slots["m"], slots["v"]
-        beta_1, beta_2 = coefficients["beta_1"], coefficients["beta_2"]
-        if self.lazy:  # the touched rows only
-            m_rows = beta_1 * tf.gather(m, indices) + (1 - beta_1) * grad
-            v_rows = beta_2 * tf.gather(v, indices) + (1 - beta_2) * tf.square(grad)
-            writes = [m.scatter_update(tf.IndexedSlices(m_rows, indices)),
-                      v.scatter_update(tf.IndexedSlices(v_rows, indices))]
-            if self.amsgrad:
-                v_rows = tf.maximum(tf.gather(slots["vhat"], indices), v_rows)
-                writes.append(slots["vhat"].scatter_update(tf.IndexedSlices(v_rows, indices)))
-            with tf.control_dependencies(writes):
-                return var.scatter_sub(tf.IndexedSlices(self._update(m_rows, v_rows, coefficients), indices))
-        # Every row's moments decay, the gradient's rows are scattered in (Keras 2's sparse Adam).
-        m.assign(m * beta_1)
-        m_t = m.scatter_add(tf.IndexedSlices(grad * (1 - beta_1), indices))
-        v.assign(v * beta_2)
-        v_t = v.scatter_add(tf.IndexedSlices(tf.square(grad) * (1 - beta_2), indices))
-        if self.amsgrad:
-            v_t = slots["vhat"].assign(tf.maximum(slots["vhat"], v_t))
-        return var.assign_sub(self._update(m_t, v_t, coefficients))
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad, name, lazy=lazy,
+                         weight_decay=weight_decay, **kwargs)

@@ -1,0 +1,117 @@
+"""``UpdateRule``: what happens to one variable in one step.
+
+One protocol for every rule: an optimizer written on the template
+(:class:`~optimizers.CustomOptimizerV2`) and a variable updater
+(:class:`~optimizers.VariableUpdater`) are both rules, so any template
+optimizer can also be used as the updater of chosen variables.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from optimizers.hyperparameters import Hyperparameters
+from slots import SlotSpec
+
+__all__ = ["UpdateRule", "REDUCTIONS"]
+
+#: How a rule's gradients are combined across replicas.
+REDUCTIONS = ("sum", "mean", "max", "none")
+
+
+class UpdateRule(Hyperparameters):
+    """The hooks of a per-variable update rule.
+
+    ``slot_specs(self, var) -> Sequence[SlotSpec | str]``
+        The slots ``var`` gets (names, or :class:`~slots.SlotSpec` values whose
+        initializer may read ``var``). May depend on the variable's shape or
+        value. Defaults to none.
+    ``variable_options(self, var) -> Mapping[str, Hashable]``
+        Optional. Per-variable Python facts the rule branches on (for example
+        "is this variable excluded from layer adaptation"): they are added to
+        the ``coefficients`` the update hooks receive. Compiled steps are shared
+        by variables of one shape and dtype, so the update hooks must read such
+        facts from ``coefficients``, never from ``var``'s name or attributes.
+    ``prepare(self, dtype, coefficients) -> None``
+        Optional. Runs once per (device, dtype) per step. ``coefficients``
+        already holds every hyperparameter as a ``dtype`` tensor (schedules
+        evaluated at the step) and ``"step"``, the 1-based step number; add
+        derived values to it.
+    ``update_dense(self, grad, var, slots, coefficients) -> op``
+        Required. ``slots`` maps slot names to this variable's slots.
+    ``update_sparse(self, grad, var, indices, slots, coefficients) -> op``
+        Optional. ``grad`` holds the rows ``indices``, which are unique
+        (repeated indices were summed). The default scatters the rows into a
+        dense gradient and calls ``update_dense``.
+
+    ``reduction`` (class attribute) says how the gradient is combined across
+    replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or
+    ``"none"`` when the gradient is not used.
+    """
+
+    reduction: str = "sum"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if len(inspect.signature(cls.slot_specs).parameters) < 2:
+            raise TypeError(f"{cls.__name__}.slot_specs must take the variable: def slot_specs(self, var). "
+                            f"Received: slot_specs{inspect.signature(cls.slot_specs)}")
+
+    def slot_specs(self, var: tf.Variable) -> Sequence[SlotSpec | str]:
+        """The slots ``var`` gets under this rule. Defaults to none."""
+        return ()
+
+    def variable_options(self, var: tf.Variable) -> Mapping[str, Hashable]:
+        """Per-variable Python facts added to ``coefficients``. Defaults to none."""
+        return {}
+
+    def prepare(self, dtype: tf.DType, coefficients: dict[str, Any]) -> None:
+        """Add derived per-step coefficients for variables of ``dtype``. Optional."""
+
+    def update_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict[str, tf.Variable],
+                     coefficients: dict[str, Any]) -> Any:
+        """Apply the rule for a dense gradient and return the update."""
+        raise NotImplementedError(f"{type(self).__name__} must implement "
+                                  "update_dense(grad, var, slots, coefficients)")
+
+    def update_sparse(self, grad: tf.Tensor, var: tf.Variable, indices: tf.Tensor,
+                      slots: dict[str, tf.Variable], coefficients: dict[str, Any]) -> Any:
+        """Apply the rule to rows ``indices`` (unique). Defaults to the dense
+        rule on the gradient scattered into zeros; override for speed."""
+        dense = tf.scatter_nd(tf.expand_dims(indices, -1), grad, tf.shape(var, out_type=indices.dtype))
+        return self.update_dense(dense, var, slots, coefficients)
+
+    @property
+    def rule_name(self) -> str:
+        """Prefix (``"<rule_name>/"``) of this rule's slots when it is a variable's updater."""
+        return type(self).__name__
+
+    # ----------------------------------------------- called by the host optimizer
+    def step_coefficients(self, dtype: tf.DType, iterations: Any) -> dict[str, Any]:
+        """Every hyperparameter as a ``dtype`` tensor, ``"step"``, then :meth:`prepare`'s values."""
+        coefficients = self._base_coefficients(dtype, iterations)
+        self.prepare(dtype, coefficients)
+        return coefficients
+
+    def _base_coefficients(self, dtype: tf.DType, iterations: Any) -> dict[str, Any]:
+        coefficients = {name: tf.identity(self.hyperparameter(name, dtype, iterations))
+                        for name in self.hyperparameter_names}
+        coefficients["step"] = tf.cast(iterations + 1, dtype)
+        return coefficients
+
+    def options_for(self, var: tf.Variable) -> dict[str, Any]:
+        """:meth:`variable_options` of ``var``, plus the template's own (``"decayed"``)."""
+        return dict(self.variable_options(var))
+
+    def apply_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
+        """The whole dense step of this rule for one variable (the template adds weight decay)."""
+        return self.update_dense(grad, var, slots, coefficients)
+
+    def apply_sparse(self, grad: tf.Tensor, var: tf.Variable, indices: tf.Tensor, slots: dict,
+                     coefficients: dict) -> Any:
+        """The whole sparse step of this rule for one variable."""
+        return self.update_sparse(grad, var, indices, slots, coefficients)

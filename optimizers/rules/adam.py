@@ -1,0 +1,120 @@
+"""Adam on the template: the rule AdamW (and any Adam variant) builds on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from optimizers.hyperparameters import check_number
+from optimizers.template import CustomOptimizerV2
+
+__all__ = ["Adam"]
+
+
+class Adam(CustomOptimizerV2):
+    r"""Adam (Kingma & Ba, arXiv:1412.6980), Keras 2's numbers.
+
+    With :math:`\epsilon` outside the square root, at step :math:`t`:
+
+    .. math::
+        \begin{align*}
+        m &\leftarrow m + (1-\beta_1)(g - m), \qquad v \leftarrow v + (1-\beta_2)(g^2 - v) \\
+        \theta &\leftarrow \theta - \eta_t\,\frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t}\,
+            \frac{m}{\sqrt{\hat v} + \epsilon},
+            \qquad \hat v = v \text{ (AMSGrad: } \hat v \leftarrow \max(\hat v, v))
+        \end{align*}
+
+    Sparse gradients (``tf.IndexedSlices``, e.g. from an embedding) are never
+    turned into dense tensors. By default the moments of *every* row decay each
+    step, as in Keras 2's Adam, so the numbers equal Keras 2's but a step costs
+    a pass over the whole table. ``lazy=True`` updates only the touched rows'
+    moments and weights (TensorFlow Addons' ``LazyAdam`` rule): a step's cost
+    follows the touched rows, which suits large embedding tables.
+
+    Args:
+        learning_rate: :math:`\eta`: float, tensor, callable or schedule.
+            Defaults to ``0.001``.
+        beta_1: Decay of the first moment, in ``[0, 1)``. Defaults to ``0.9``.
+        beta_2: Decay of the second moment, in ``[0, 1)``. Defaults to ``0.999``.
+        epsilon: :math:`\epsilon`, a float ``>= 0``. Defaults to ``1e-7``.
+        amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.
+        name: Defaults to ``"Adam"``.
+        lazy: Keyword only. Sparse steps update only the touched rows' moments.
+            Defaults to ``False``.
+        **kwargs: ``weight_decay``, ``exclude_from_weight_decay``,
+            ``scale_weight_decay_by_lr``, ``clipnorm``, ``clipvalue``,
+            ``global_clipnorm``, ``decay``, ``updaters``, ``jit_compile`` (see
+            :class:`~optimizers.CustomOptimizerV2`).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import optimizers
+    >>> var = tf.Variable([1.0, -2.0])
+    >>> _ = optimizers.Adam(learning_rate=0.1).apply_gradients([(tf.constant([0.5, -0.5]), var)])
+    >>> [round(x, 5) for x in var.numpy().tolist()]  # the first step moves each weight by lr
+    [0.9, -1.9]
+    """
+
+    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
+                 amsgrad: bool = False, name: str = "Adam", *, lazy: bool = False, **kwargs: Any) -> None:
+        check_number("epsilon", epsilon, low=0.0)
+        for flag, value in (("amsgrad", amsgrad), ("lazy", lazy)):
+            if not isinstance(value, bool):
+                raise TypeError(f"`{flag}` must be a bool. Received: {flag}={value!r}")
+        super().__init__(name, **kwargs)
+        self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+        self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
+        self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
+        self.epsilon = epsilon  # kept as given and converted per dtype, like Keras 2's Adam
+        self.amsgrad = amsgrad
+        self.lazy = lazy
+
+    def slot_specs(self, var: tf.Variable) -> list[str]:
+        return ["m", "v", "vhat"] if self.amsgrad else ["m", "v"]
+
+    def prepare(self, dtype: tf.DType, coefficients: dict) -> None:
+        step, lr = coefficients["step"], coefficients["learning_rate"]
+        beta_1, beta_2 = coefficients["beta_1"], coefficients["beta_2"]
+        coefficients["alpha"] = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
+        eps = self.epsilon
+        coefficients["epsilon"] = tf.cast(eps, dtype) if tf.is_tensor(eps) else tf.constant(eps, dtype)
+
+    @staticmethod
+    def _update(m, v, coefficients):
+        return coefficients["alpha"] * m / (tf.sqrt(v) + coefficients["epsilon"])
+
+    def update_dense(self, grad, var, slots, coefficients):
+        m, v = slots["m"], slots["v"]
+        # New values first, assignments last: XLA then reads each slot once.
+        m_t = m + (grad - m) * (1 - coefficients["beta_1"])
+        v_t = v + (tf.square(grad) - v) * (1 - coefficients["beta_2"])
+        m.assign(m_t)
+        v.assign(v_t)
+        if self.amsgrad:
+            v_t = tf.maximum(slots["vhat"], v_t)
+            slots["vhat"].assign(v_t)
+        return var.assign_sub(self._update(m_t, v_t, coefficients))
+
+    def update_sparse(self, grad, var, indices, slots, coefficients):
+        m, v = slots["m"], slots["v"]
+        beta_1, beta_2 = coefficients["beta_1"], coefficients["beta_2"]
+        if self.lazy:  # the touched rows only
+            m_rows = beta_1 * tf.gather(m, indices) + (1 - beta_1) * grad
+            v_rows = beta_2 * tf.gather(v, indices) + (1 - beta_2) * tf.square(grad)
+            writes = [m.scatter_update(tf.IndexedSlices(m_rows, indices)),
+                      v.scatter_update(tf.IndexedSlices(v_rows, indices))]
+            if self.amsgrad:
+                v_rows = tf.maximum(tf.gather(slots["vhat"], indices), v_rows)
+                writes.append(slots["vhat"].scatter_update(tf.IndexedSlices(v_rows, indices)))
+            with tf.control_dependencies(writes):
+                return var.scatter_sub(tf.IndexedSlices(self._update(m_rows, v_rows, coefficients), indices))
+        # Every row's moments decay, the gradient's rows are scattered in (Keras 2's sparse Adam).
+        m.assign(m * beta_1)
+        m_t = m.scatter_add(tf.IndexedSlices(grad * (1 - beta_1), indices))
+        v.assign(v * beta_2)
+        v_t = v.scatter_add(tf.IndexedSlices(tf.square(grad) * (1 - beta_2), indices))
+        if self.amsgrad:
+            v_t = slots["vhat"].assign(tf.maximum(slots["vhat"], v_t))
+        return var.assign_sub(self._update(m_t, v_t, coefficients))

@@ -1,0 +1,344 @@
+"""``OptimizerWrapper``: the public base of optimizers that wrap another one."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+import slots as slots_lib
+from optimizers import compiled, saving
+from optimizers import config as config_lib
+from optimizers.base import OptimizerBase, check_grads_and_vars
+from optimizers.hyperparameters import Hyperparameters, check_number
+from optimizers.keras_compat import (
+    OptimizerV2,
+    aggregate_gradients,
+    create_all_weights,
+    hyper_dict,
+    is_plain_resource_variable,
+    maybe_merge_call,
+    track,
+    transform_unaggregated_gradients,
+    variable_key,
+)
+from optimizers.updaters import get_updater
+
+__all__ = ["OptimizerWrapper"]
+
+_CLIP_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm")
+
+
+class OptimizerWrapper(Hyperparameters, OptimizerBase):
+    r"""Base class of optimizers that act around each step of another one.
+
+    The wrapped (*inner*) optimizer may be any Keras 2 optimizer: built-in,
+    written on :class:`~optimizers.CustomOptimizerV2`, or another wrapper. It
+    updates the weights through its public ``apply_gradients``; the wrapper
+    adds what happens before and after. Override these, and nothing else:
+
+    ``__init__(self, optimizer, ..., name="MyWrapper", **kwargs)``
+        Call ``super().__init__(optimizer, name, **kwargs)``, then declare
+        hyperparameters with :meth:`add_hyperparameter` (float, tensor,
+        callable or schedule) and store every other argument as an attribute
+        of the same name (``get_config`` reads the signature).
+    ``slot_specs(self, var) -> Sequence[SlotSpec | str]``
+        The wrapper's own state per variable, as slots (an initializer may
+        copy the variable: ``lambda shape, dtype: tf.identity(var)``).
+        Defaults to none.
+    ``wraps(self, var) -> bool``
+        Optional. Which variables get the wrapper's slots and
+        :meth:`after_step`. Defaults to those without a variable updater.
+    ``before_step(self, grads_and_vars) -> grads_and_vars``
+        Optional. Runs in replica context before the inner step, and may
+        change the gradients it receives.
+    ``prepare(self, dtype, coefficients) -> None``
+        Optional. Runs once per step and dtype after the inner step.
+        ``coefficients`` holds every hyperparameter as a ``dtype`` tensor
+        (schedules evaluated at the step, as the inner optimizer did) and
+        ``"step"``, the 1-based number of the step just taken.
+    ``after_step(self, var, slots, coefficients) -> op``
+        Optional. Runs per wrapped variable after the inner step, inside the
+        strategy's update context (on each replica's copy); with
+        ``jit_compile`` it is compiled, one function per shape and dtype, so
+        it must not branch on the variable's name.
+
+    Guaranteed by the base: the wrapper and the inner optimizer share one
+    step counter (``iterations``), the learning rate and the inner
+    optimizer's hyperparameters are read and set through the wrapper, the
+    config nests the inner optimizer's, and the state of both (slots
+    included, for built-in inner optimizers too) is kept by ``.h5``,
+    ``.keras``, SavedModel and ``tf.train.Checkpoint``, also when restored
+    before the first step.
+
+    Args:
+        optimizer: A Keras 2 optimizer, or a name such as ``"adam"`` (the
+            legacy Keras 2 one).
+        name: The wrapper's name (prefix of its slots).
+        **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm`` (set on
+            the inner optimizer) and ``jit_compile`` (compile
+            :meth:`after_step` with XLA; defaults to ``True``).
+
+    Example, a wrapper that keeps the largest value each weight has had:
+
+    >>> import tensorflow as tf
+    >>> import optimizers
+    >>> class RunningMax(optimizers.OptimizerWrapper):
+    ...     def __init__(self, optimizer, name="RunningMax", **kwargs):
+    ...         super().__init__(optimizer, name, **kwargs)
+    ...     def slot_specs(self, var):
+    ...         return [optimizers.SlotSpec("max", initializer=lambda shape, dtype: tf.identity(var))]
+    ...     def after_step(self, var, slots, coefficients):
+    ...         return slots["max"].assign(tf.maximum(slots["max"], var))
+    >>> var = tf.Variable([1.0, 2.0])
+    >>> opt = RunningMax(optimizers.keras.optimizers.legacy.SGD(1.0))
+    >>> for grad in ([1.0, -1.0], [-3.0, 1.0]):
+    ...     _ = opt.apply_gradients([(tf.constant(grad), var)])
+    >>> var.numpy().tolist(), opt.get_slot(var, "max").numpy().tolist(), int(opt.iterations)
+    ([3.0, 2.0], [3.0, 3.0], 2)
+    """
+
+    #: The name the inner optimizer has in checkpoints (TFA's wrappers each used their own).
+    inner_checkpoint_name = "inner_optimizer"
+
+    def __init__(self, optimizer: Any, name: str, **kwargs: Any) -> None:
+        inner = config_lib.resolve_optimizer(optimizer)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
+        jit_compile = kwargs.pop("jit_compile", True)
+        if not isinstance(jit_compile, bool):
+            raise TypeError(f"`jit_compile` must be a bool. Received: jit_compile={jit_compile!r}")
+        clipping = {}
+        for key, value in kwargs.items():
+            if key not in _CLIP_KWARGS:
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument `{key}`. Received: "
+                                f"{key}={value!r}. Allowed: {', '.join(_CLIP_KWARGS)}, jit_compile.")
+            if value is not None:
+                check_number(key, value, low=0.0)
+                if getattr(inner, key) is not None:
+                    raise ValueError(f"`{key}` is set both on the wrapper and on the inner optimizer. "
+                                     f"Received: {key}={value!r}")
+                clipping[key] = value
+        super().__init__(name)
+        for key, value in clipping.items():
+            setattr(inner, key, value)
+        self._optimizer = inner
+        track(self, inner, self.inner_checkpoint_name)
+        self.jit_compile = jit_compile
+        self._compiled = compiled.CompiledSteps()
+        self._var_specs: dict = {}
+        self._seen: dict = {}  # variable key -> variable, every variable a step has seen
+
+    # ------------------------------------------------------------------ hooks
+    def slot_specs(self, var: tf.Variable) -> Sequence[slots_lib.SlotSpec | str]:
+        """The wrapper's slots of ``var``. Defaults to none."""
+        return ()
+
+    def wraps(self, var: tf.Variable) -> bool:
+        """Whether ``var`` gets the wrapper's slots and :meth:`after_step`:
+        not when a variable updater owns it."""
+        return self.updater_for(var) is None
+
+    def before_step(self, grads_and_vars: list) -> list:
+        """Change the gradients before the inner step. Defaults to none."""
+        return grads_and_vars
+
+    def prepare(self, dtype: tf.DType, coefficients: dict[str, Any]) -> None:
+        """Add derived per-step values for variables of ``dtype``. Optional."""
+
+    def after_step(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict[str, Any]) -> Any:
+        """The wrapper's rule for one variable after the inner step. Defaults to none."""
+
+    # --------------------------------------------------------- inner optimizer
+    @property
+    def inner_optimizer(self) -> OptimizerV2:
+        """The wrapped optimizer."""
+        return self._optimizer
+
+    def updater_for(self, var: tf.Variable) -> Any:
+        """The variable updater that owns ``var`` in the inner optimizer, or ``None``."""
+        inner_lookup = getattr(self._optimizer, "updater_for", None)
+        return inner_lookup(var) if inner_lookup is not None else get_updater(var)
+
+    @property
+    def iterations(self) -> tf.Variable:
+        """The inner optimizer's step counter (one variable, shared)."""
+        iterations = self._optimizer.iterations
+        if self._iterations is None:
+            self._iterations = iterations
+            track(self, iterations, "iter")  # where Keras 2's and TFA's checkpoints keep it
+        return iterations
+
+    @iterations.setter
+    def iterations(self, variable: tf.Variable) -> None:
+        self._optimizer.iterations = variable
+
+    @property
+    def learning_rate(self) -> Any:
+        """The inner optimizer's learning rate (read and set)."""
+        return self._optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        self._optimizer.learning_rate = value
+
+    lr = learning_rate
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_optimizer")
+            if inner is None or name.startswith("_"):
+                raise
+            return getattr(inner, name)  # the inner optimizer's hyperparameters and methods
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        inner = self.__dict__.get("_optimizer")
+        if (inner is not None and name not in self.hyperparameter_names and name not in self.__dict__
+                and name in hyper_dict(inner)):
+            setattr(inner, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        """``iterations``, the wrapper's slots, then the inner optimizer's other
+        weights (TFA's order, so ``.h5`` files saved with TFA load)."""
+        iterations = self.iterations
+        return [iterations] + self._weights + [w for w in self._optimizer.weights if w is not iterations]
+
+    def variables(self) -> list[tf.Variable]:
+        return self.weights
+
+    # ------------------------------------------------------------------ slots
+    def _specs_of(self, var: tf.Variable) -> tuple[slots_lib.SlotSpec, ...]:
+        key = variable_key(var)
+        specs = self._var_specs.get(key)
+        if specs is None:
+            specs = self._var_specs[key] = slots_lib.as_slot_specs(self.slot_specs(var) if self.wraps(var) else ())
+        return specs
+
+    def _create_slots(self, var_list: Iterable[tf.Variable]) -> None:
+        for var in var_list:
+            slots_lib.create_slots(self, var, self._specs_of(var))
+
+    def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
+        # Keras calls this hook on load (.h5), and so does apply_gradients: the inner
+        # optimizer creates its step counter, hyperparameters and slots first.
+        var_list = list(var_list)
+        _ = self.iterations
+        create_all_weights(self._optimizer, var_list)
+        self._create_slots(var_list)
+        for var in var_list:
+            if variable_key(var) not in self._seen:
+                self._seen[variable_key(var)] = var
+                if self._unsaved_inner() is not None:
+                    saving.restore_inner_slots(self, self._optimizer, var)
+
+    def wrapped_variables(self) -> list[tf.Variable]:
+        """The variables that have the wrapper's slots (created by a step, by
+        restoring a checkpoint, or by loading a saved model)."""
+        seen, out = set(), []
+        for var, _ in saving.slot_index(self).values():
+            if variable_key(var) not in seen:
+                seen.add(variable_key(var))
+                out.append(var)
+        return out
+
+    # ------------------------------------------------------------------- step
+    def apply_gradients(self, grads_and_vars: Iterable, name: str | None = None,
+                        experimental_aggregate_gradients: bool = True, **kwargs: Any) -> Any:
+        """:meth:`before_step`, the inner optimizer's ``apply_gradients``, then
+        :meth:`after_step` for each wrapped variable.
+
+        ``**kwargs`` (such as ``decay_var_list``) go to the inner optimizer.
+        """
+        grads_and_vars = list(grads_and_vars)
+        check_grads_and_vars(grads_and_vars)
+        var_list = [v for g, v in grads_and_vars if g is not None]
+        with tf.name_scope(self._name), tf.init_scope():
+            self._create_all_weights(var_list)
+        grads_and_vars = list(self.before_step(grads_and_vars))
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        update = self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients, **kwargs)
+        wrapped = [v for v in var_list if self.wraps(v)]
+        if not wrapped or type(self).after_step is OptimizerWrapper.after_step:
+            return update
+        after = maybe_merge_call(self._after_steps, tf.distribute.get_strategy(), wrapped)
+        return update if tf.executing_eagerly() else tf.group(update, after)
+
+    def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
+        # A LossScaleOptimizer around this wrapper aggregates through it: the inner
+        # optimizer decides (a template optimizer reduces updater gradients its way).
+        return aggregate_gradients(self._optimizer, list(grads_and_vars))
+
+    def _transform_unaggregated_gradients(self, grads_and_vars: Iterable) -> list:
+        return transform_unaggregated_gradients(self._optimizer, list(grads_and_vars))
+
+    def step_coefficients(self, dtype: tf.DType) -> dict[str, Any]:
+        """The coefficients :meth:`after_step` receives (after the inner step)."""
+        iterations = self.iterations - 1  # the inner optimizer has counted this step
+        coefficients = {name: tf.identity(self.hyperparameter(name, dtype, iterations))
+                        for name in self.hyperparameter_names}
+        coefficients["step"] = tf.cast(iterations + 1, dtype)
+        self.prepare(dtype, coefficients)
+        return coefficients
+
+    def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list) -> Any:
+        by_dtype: dict = {}
+        ops = []
+        for var in var_list:
+            dtype = var.dtype.base_dtype
+            if dtype not in by_dtype:
+                by_dtype[dtype] = self.step_coefficients(dtype)
+            with strategy.extended.colocate_vars_with(var):
+                ops.extend(tf.nest.flatten(strategy.extended.update(
+                    var, self._after_step_fn, args=(by_dtype[dtype],), group=False)))
+        return tf.group([op for op in ops if op is not None])
+
+    def _after_step_fn(self, var: tf.Variable, coefficients: dict) -> Any:
+        var_slots = slots_lib.get_slots(self, var, self._specs_of(var))
+        if self.jit_compile and is_plain_resource_variable(var):
+            key = ("after",) + compiled.signature(var, {})
+            return self._compiled.run(self.after_step, key, var, var_slots, coefficients)
+        return self.after_step(var, var_slots, coefficients)
+
+    # ------------------------------------------------------------ config, saving
+    def _config_value(self, pname: str) -> Any:
+        if pname == "optimizer":
+            return config_lib.serialize_optimizer(self._optimizer)
+        if pname in self.hyperparameter_names:
+            return config_lib.serialize_hyperparameter(self._read_hyperparameter(pname))
+        return super()._config_value(pname)
+
+    def get_config(self) -> dict[str, Any]:
+        """The wrapper's arguments, the inner optimizer's config nested."""
+        config = super().get_config()
+        if not self.jit_compile:
+            config["jit_compile"] = False
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: dict | None = None) -> OptimizerWrapper:
+        """Inverse of :meth:`get_config`."""
+        config = copy.deepcopy(config)
+        inner = config.pop("optimizer")
+        config = config_lib.deserialize_values(config, custom_objects)
+        config.pop("is_legacy_optimizer", None)
+        config["optimizer"] = config_lib.deserialize_optimizer(inner, custom_objects)
+        return cls(**config)
+
+    def _unsaved_inner(self) -> OptimizerV2 | None:
+        """The inner optimizer if it cannot save itself (a built-in Keras one)."""
+        return None if isinstance(self._optimizer, OptimizerBase) else self._optimizer
+
+    def save_own_variables(self, store: Any) -> None:
+        """Write the wrapper's state, and the inner optimizer's if it cannot save itself."""
+        saving.save_own_variables(self, store, self._unsaved_inner(), list(self._seen.values()))
+
+    def load_own_variables(self, store: Any) -> None:
+        """Read what :meth:`save_own_variables` wrote; slots are filled when created."""
+        saving.load_own_variables(self, store, self._unsaved_inner())

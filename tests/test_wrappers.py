@@ -1,0 +1,131 @@
+"""The wrapper base: hooks, shared step counter, forwarding, composition with
+LossScaleOptimizer, and state restored before the first step."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import optimizers
+from optimizers import Adam
+
+from conftest import keras
+
+
+class HalfGradients(optimizers.OptimizerWrapper):
+    """Halves every gradient before the inner step; counts steps in a slot."""
+
+    def __init__(self, optimizer, name="HalfGradients", **kwargs):
+        super().__init__(optimizer, name, **kwargs)
+
+    def slot_specs(self, var):
+        return [optimizers.SlotSpec("seen", shape=lambda shape: [])]
+
+    def before_step(self, grads_and_vars):
+        return [(None if g is None else g * 0.5, v) for g, v in grads_and_vars]
+
+    def after_step(self, var, slots, coefficients):
+        return slots["seen"].assign(coefficients["step"])
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_hooks_run_around_the_inner_step(jit_compile):
+    init = np.array([1.0, -1.0], np.float32)
+    wrapped_var, alone_var = tf.Variable(init), tf.Variable(init)
+    wrapper = HalfGradients(keras.optimizers.legacy.Adam(0.1), jit_compile=jit_compile)
+    alone = keras.optimizers.legacy.Adam(0.1)
+    for step in range(3):
+        grad = np.array([step + 1.0, 2.0], np.float32)
+        wrapper.apply_gradients([(tf.constant(grad), wrapped_var)])
+        alone.apply_gradients([(tf.constant(grad * 0.5), alone_var)])
+    np.testing.assert_array_equal(wrapped_var.numpy(), alone_var.numpy())
+    assert wrapper.get_slot(wrapped_var, "seen").numpy() == 3.0
+    assert wrapper.iterations is wrapper.inner_optimizer.iterations and int(wrapper.iterations) == 3
+
+
+def test_inner_hyperparameters_are_read_and_set_through_the_wrapper():
+    wrapper = optimizers.MovingAverage(Adam(0.1, beta_1=0.8))
+    assert float(wrapper.beta_1) == pytest.approx(0.8)
+    wrapper.beta_1 = 0.5
+    assert float(wrapper.inner_optimizer.beta_1) == 0.5
+    wrapper.learning_rate = 0.2
+    assert float(wrapper.inner_optimizer.learning_rate) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match=r"`average_decay` must be in \[0.0, 1.0\]. Received: average_decay=2.0"):
+        wrapper.average_decay = 2.0
+    with pytest.raises(ValueError, match=r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.5"):
+        wrapper.beta_1 = 1.5
+
+
+def _scaled_step(opt, var, grad, scale_owner):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(var * grad)
+        scaled = scale_owner.get_scaled_loss(loss)
+    grads = scale_owner.get_unscaled_gradients(tape.gradient(scaled, [var]))
+    opt.apply_gradients(zip(grads, [var]))
+
+
+@pytest.mark.parametrize("order", ["lso_outside", "lso_inside"])
+def test_composes_with_loss_scale_optimizer_in_both_orders(order):
+    init = np.array([0.5, -0.25], np.float32)
+    plain_var, scaled_var = tf.Variable(init), tf.Variable(init)
+    plain = optimizers.MovingAverage(Adam(0.1), average_decay=0.5)
+    lso = keras.mixed_precision.LossScaleOptimizer
+    if order == "lso_outside":
+        scaled = lso(optimizers.MovingAverage(Adam(0.1), average_decay=0.5), dynamic=False, initial_scale=8.0)
+        averaging = scaled.inner_optimizer
+    else:
+        scaled = optimizers.MovingAverage(lso(Adam(0.1), dynamic=False, initial_scale=8.0), average_decay=0.5)
+        averaging = scaled
+    for step in range(3):
+        grad = tf.constant([step + 1.0, -2.0])
+        plain.apply_gradients([(grad, plain_var)])
+        _scaled_step(scaled, scaled_var, grad, scaled)
+    np.testing.assert_array_equal(scaled_var.numpy(), plain_var.numpy())
+    np.testing.assert_array_equal(averaging.average_of(scaled_var).numpy(), plain.average_of(plain_var).numpy())
+    assert int(scaled.iterations) == 3
+
+
+@pytest.mark.parametrize("inner", ["builtin", "template"])
+def test_checkpoint_restored_before_the_first_step_is_usable(inner, tmp_path):
+    """Slots created by a restore are the wrapper's averages: swap_weights works
+    right away, and training continues exactly as without the interruption."""
+
+    def make():
+        opt = keras.optimizers.legacy.Adam(0.1) if inner == "builtin" else Adam(0.1)
+        return optimizers.MovingAverage(opt, average_decay=0.5)
+
+    grads = [tf.constant([1.0, -2.0]), tf.constant([0.5, 0.5]), tf.constant([-1.0, 3.0])]
+    var, opt = tf.Variable([1.0, 2.0]), make()
+    opt.apply_gradients([(grads[0], var)])
+    path = tf.train.Checkpoint(var=var, optimizer=opt).save(str(tmp_path / "ckpt"))
+    average_at_save = opt.average_of(var).numpy()
+    for grad in grads[1:]:
+        opt.apply_gradients([(grad, var)])
+
+    restored_var, restored = tf.Variable([0.0, 0.0]), make()
+    status = tf.train.Checkpoint(var=restored_var, optimizer=restored).restore(path)
+    status.assert_existing_objects_matched()
+    trained = restored_var.numpy()
+    restored.swap_weights()
+    np.testing.assert_array_equal(restored_var.numpy(), average_at_save)
+    restored.swap_weights()
+    np.testing.assert_array_equal(restored_var.numpy(), trained)
+    for grad in grads[1:]:
+        restored.apply_gradients([(grad, restored_var)])
+    np.testing.assert_array_equal(restored_var.numpy(), var.numpy())
+    np.testing.assert_array_equal(restored.average_of(restored_var).numpy(), opt.average_of(var).numpy())
+    assert restored.has_shadow_copy and int(restored.iterations) == 3
+
+
+def test_wrapper_config_nests_a_registered_inner_optimizer_and_round_trips():
+    wrapper = HalfGradients(Adam(0.05, amsgrad=True), jit_compile=False)
+    config = wrapper.get_config()
+    again = HalfGradients.from_config(config)
+    assert type(again.inner_optimizer) is Adam and again.inner_optimizer.amsgrad
+    assert again.get_config() == config
+
+
+def test_wrapper_refuses_unknown_arguments_and_bad_inner():
+    with pytest.raises(TypeError, match=r"unexpected keyword argument `momentum`. Received: momentum=0.9"):
+        HalfGradients("sgd", momentum=0.9)
+    with pytest.raises(TypeError, match=r"`optimizer` must be a Keras 2 \(OptimizerV2\) optimizer.*Received: optimizer=3"):
+        HalfGradients(3)

@@ -136,7 +136,7 @@ def _take_restored_scalars(optimizer: Any, restored_optimizer: Any) -> None:
     if optimizer.__dict__.get("_took_restored_scalars"):
         return
     optimizer.__dict__["_took_restored_scalars"] = True
-    restored_iterations = restored_optimizer._hyper.get("iter")  # the loader sets it as a hyperparameter
+    restored_iterations = hyper_dict(restored_optimizer).get("iter")  # the loader sets it as a hyperparameter
     if restored_iterations is None:
         restored_iterations = restored_optimizer.iterations
     _assign(optimizer.iterations, restored_iterations)

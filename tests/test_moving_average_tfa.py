@@ -149,10 +149,15 @@ def test_tfa_checkpoint_restores_into_ours(tmp_path):
         tfa_opt.apply_gradients([(grad, tfa_var)])
     path = tf.train.Checkpoint(var=tfa_var, optimizer=tfa_opt).save(str(tmp_path / "tfa"))
     opt = MovingAverage(INNER["adam"](), average_decay=0.9, jit_compile=False)
-    tf.train.Checkpoint(var=var, optimizer=opt).restore(path)
+    status = tf.train.Checkpoint(var=var, optimizer=opt).restore(path)
+    status.assert_existing_objects_matched()  # what a migration script asserts, as with TFA itself
+    opt.swap_weights()  # the averages restored before the first step are the wrapper's
+    np.testing.assert_array_equal(var.numpy(), tfa_opt.get_slot(tfa_var, "average").numpy())
+    opt.swap_weights()
     for grad in grads[3:]:
         tfa_opt.apply_gradients([(grad, tfa_var)])
         opt.apply_gradients([(grad, var)])
+    status.assert_existing_objects_matched()
     assert int(opt.iterations.numpy()) == int(tfa_opt.iterations.numpy()) == len(grads)
     np.testing.assert_array_equal(var.numpy(), tfa_var.numpy())
     np.testing.assert_array_equal(opt.get_slot(var, "average").numpy(), tfa_opt.get_slot(tfa_var, "average").numpy())

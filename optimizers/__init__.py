@@ -8,7 +8,7 @@ Two kinds of public classes:
 * **wrappers** say what happens around a whole step of any Keras 2 optimizer:
   :class:`OptimizerWrapper` (``MovingAverage``, on :class:`AveragingWrapper`).
 
-Public names (one list, here):
+``__all__`` below is the one list of public names.
 """
 
 from optimizers.callbacks import MovingAverageCallback, averaged_weights

@@ -331,7 +331,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         with tf.control_dependencies(calls):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
-    def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict) -> Any:
+    def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict | None = None) -> Any:
         rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
         if getattr(rule, "jit_compile", False) and is_plain_resource_variable(handle):
             key = ("dense", id(rule)) + compiled.signature(handle, options)
@@ -339,7 +339,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         return rule.apply_dense(grad, handle, var_slots, coefficients)
 
     def _resource_apply_sparse(self, grad: tf.Tensor, handle: tf.Variable, indices: tf.Tensor,
-                               apply_state: dict) -> Any:
+                               apply_state: dict | None = None) -> Any:
         rule, var_slots, coefficients, _ = self._rule_inputs(handle, apply_state)
         return rule.apply_sparse(grad, handle, indices, var_slots, coefficients)
 

@@ -179,6 +179,11 @@ def check_updater(updater: object, argument: str = "updater") -> UpdateRule:
             f"`{argument}` must be a VariableUpdater (for example optimizers.OverwriteWithGradient()) or an "
             f"optimizer written on CustomOptimizerV2. Received: {argument}={updater!r}"
         )
+    clipping = {k: getattr(updater, k, None) for k in ("clipnorm", "clipvalue", "global_clipnorm")}
+    clipping = {k: v for k, v in clipping.items() if v is not None}
+    if clipping:
+        raise ValueError(f"An optimizer used as an updater does not clip its variables' gradients; set clipping on "
+                         f"the optimizer that routes them. Received: {argument}={updater!r} with {clipping}")
     if updater.reduction not in REDUCTIONS:
         raise ValueError(f"`reduction` of {type(updater).__name__} must be one of {REDUCTIONS}. "
                          f"Received: reduction={updater.reduction!r}")

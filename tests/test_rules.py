@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 import optimizers
-import reference
 import slots
 from optimizers import SGD, Adam
 
+import reference
 from conftest import TOLERANCE, keras
 
 

@@ -11,17 +11,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from optimizers import config as config_lib
 from optimizers import saving
-from optimizers.keras_compat import KERAS3_HINT, OptimizerV2, install_saving_hooks, is_keras3_object
+from optimizers.keras_compat import (
+    KERAS3_HINT,
+    OptimizerV2,
+    install_loss_scale_hook,
+    install_saving_hooks,
+    is_keras3_object,
+    is_loss_scale_optimizer,
+)
+from optimizers.updaters import undo_unscaling
 
-__all__ = ["OptimizerBase", "check_grads_and_vars"]
+__all__ = ["OptimizerBase", "check_grads_and_vars", "index_checks"]
 
 
-def check_grads_and_vars(grads_and_vars: list) -> None:
-    """Refuse what no step can apply, before anything changes."""
+def check_grads_and_vars(grads_and_vars: Any) -> list:
+    """The ``(gradient, variable)`` pairs as a list, numpy gradients as tensors;
+    refuse what no step can apply, naming the variable, before anything changes."""
+    out = []
     for pair in grads_and_vars:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"`grads_and_vars` must hold (gradient, variable) pairs. Received: {pair!r}")
@@ -29,17 +40,53 @@ def check_grads_and_vars(grads_and_vars: list) -> None:
         if is_keras3_object(var):
             raise TypeError(f"Received a Keras 3 variable: var={var!r}. {KERAS3_HINT}")
         if grad is None:
+            out.append((grad, var))
             continue
         if not isinstance(var, tf.Variable):
             raise TypeError(f"Only tf.Variable objects can be updated. Received: var={var!r}")
         if not var.dtype.base_dtype.is_floating:
             raise ValueError(f"Variable {var.name!r} has dtype {var.dtype.name}; optimizers update floating "
                              f"point variables only. Received: var={var!r}")
-        grad_shape = grad.values.shape[1:] if isinstance(grad, tf.IndexedSlices) else grad.shape
+        if not (tf.is_tensor(grad) or isinstance(grad, tf.IndexedSlices)):
+            try:
+                grad = tf.convert_to_tensor(np.asarray(grad), dtype=var.dtype.base_dtype)
+            except (TypeError, ValueError):
+                raise TypeError(f"The gradient of variable {var.name!r} must be a tensor, an IndexedSlices or an "
+                                f"array. Received: grad={grad!r}") from None
+        values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+        if values.dtype.base_dtype != var.dtype.base_dtype:
+            raise TypeError(f"The gradient of variable {var.name!r} has dtype {values.dtype.name}, the variable "
+                            f"{var.dtype.name}. Received: grad={grad!r}")
+        grad_shape = values.shape[1:] if isinstance(grad, tf.IndexedSlices) else grad.shape
         var_shape = var.shape[1:] if isinstance(grad, tf.IndexedSlices) else var.shape
         if not grad_shape.is_compatible_with(var_shape):
             raise ValueError(f"The gradient of variable {var.name!r} (shape {var.shape}) has an incompatible "
                              f"shape. Received: grad={grad!r}")
+        out.append((grad, var))
+    return out
+
+
+def index_checks(grads_and_vars: list) -> list:
+    """Sparse gradients' row indices must lie in ``[0, rows)``: checked before the
+    step changes anything (one min and max per sparse gradient and step).
+    Eagerly an error is raised here; in a graph the returned assertions must
+    run before the step's first assignment."""
+    checks = []
+    for grad, var in grads_and_vars:
+        if not isinstance(grad, tf.IndexedSlices) or var.shape.rank is None or var.shape[0] is None:
+            continue
+        rows = int(var.shape[0])
+        indices = grad.indices
+        message = (f"The sparse gradient of variable {var.name!r} has row indices outside [0, {rows}). "
+                   "Received: grad.indices=")
+        if tf.executing_eagerly():
+            array = indices.numpy()
+            if array.size and (array.min() < 0 or array.max() >= rows):
+                raise ValueError(f"{message}{array.tolist()!r}")
+        else:
+            inside = tf.logical_and(tf.reduce_all(indices >= 0), tf.reduce_all(indices < rows))
+            checks.append(tf.debugging.Assert(inside, [message, indices], summarize=20))
+    return checks
 
 
 class OptimizerBase(OptimizerV2):
@@ -55,6 +102,11 @@ class OptimizerBase(OptimizerV2):
         starts from its loaded value (see ``optimizers/saving.py``)."""
         loaded = saving.initial_slot_value(self, var, slot_name)
         if loaded is not None:
+            expected = tf.TensorShape(var.shape if shape is None else shape)
+            if not expected.is_compatible_with(np.shape(loaded)):
+                raise ValueError(f"The loaded slot {slot_name!r} of variable {var.name!r} has shape "
+                                 f"{list(np.shape(loaded))}, the variable needs {expected.as_list()}: the file does "
+                                 f"not belong to this model. Received: a slot of shape {list(np.shape(loaded))}")
             initializer = lambda shape, dtype: tf.constant(loaded, dtype)  # noqa: E731
         slot = super().add_slot(var, slot_name, initializer, shape)
         saving.slot_index(self)[(var.name, slot_name)] = (var, slot)
@@ -81,4 +133,11 @@ class OptimizerBase(OptimizerV2):
         return f"<{type(self).__module__}.{type(self).__name__} name={self._name!r}: a Keras 2 (OptimizerV2) optimizer>"
 
 
-install_saving_hooks(lambda obj: isinstance(obj, OptimizerBase), saving.record_restored_slot)
+def _keeps_state(obj: Any) -> bool:
+    """Our optimizers, and a ``LossScaleOptimizer`` around one (its inner optimizer is saved)."""
+    return isinstance(obj, OptimizerBase) or (is_loss_scale_optimizer(obj)
+                                              and _keeps_state(obj.inner_optimizer))
+
+
+install_saving_hooks(_keeps_state, saving.record_restored_slot)
+install_loss_scale_hook(undo_unscaling)

@@ -8,8 +8,8 @@ and read them as tensors with :meth:`Hyperparameters.hyperparameter`.
 
 from __future__ import annotations
 
-import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from optimizers.keras_compat import LearningRateSchedule
 
-__all__ = ["Hyperparameters", "check_number", "evaluate"]
+__all__ = ["Hyperparameters", "check_bool", "check_number", "checked_value", "evaluate", "is_dynamic"]
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -54,6 +54,11 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         raise ValueError(f"`{name}` must be in {interval}. Received: {name}={value!r}")
 
 
+def check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool. Received: {name}={value!r}")
+
+
 def evaluate(value: Any, iterations: Any) -> Any:
     """The value of a hyperparameter at a step: schedules are called with
     ``iterations`` (the number of steps taken), other callables with nothing."""
@@ -64,13 +69,61 @@ def evaluate(value: Any, iterations: Any) -> Any:
     return value
 
 
-class Hyperparameters:
-    """Mixin: declared, range-checked hyperparameters.
+def is_dynamic(value: Any) -> bool:
+    """Whether ``value`` can change without being set again (so it is checked at each step)."""
+    return (isinstance(value, (LearningRateSchedule, tf.Variable)) or (callable(value) and not tf.is_tensor(value))
+            or (tf.is_tensor(value) and not hasattr(value, "numpy")))
 
-    A value is checked when declared and whenever it is set again as an
-    attribute (``obj.learning_rate = 0.1``). By default values are kept as
-    given, in a dictionary; an optimizer rule keeps them as OptimizerV2
-    hyperparameters (checkpointed variables) instead.
+
+def _interval(low: float | None, high: float | None, low_inclusive: bool, high_inclusive: bool) -> str:
+    return "{}{}, {}{}".format("[" if low_inclusive else "(", "-inf" if low is None else low,
+                               "inf" if high is None else high, "]" if high_inclusive else ")")
+
+
+def checked_value(name: str, value: Any, low: float | None = None, high: float | None = None,
+                  low_inclusive: bool = True, high_inclusive: bool = True) -> tf.Tensor:
+    """``value`` (what a schedule or callable returned) as a tensor that carries
+    its own run-time check: a number of rank 0, not NaN, in range.
+
+    Type and shape are checked now; the range by an assertion that every use of
+    the returned tensor waits for (eagerly: raised right away).
+    """
+    try:
+        value = tf.convert_to_tensor(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must evaluate to a number. Received: {name}={value!r}") from None
+    if not (value.dtype.is_floating or value.dtype.is_integer):
+        raise TypeError(f"`{name}` must evaluate to a number. Received: {name}={value!r}")
+    if value.shape.rank not in (0, None):
+        raise ValueError(f"`{name}` must evaluate to a scalar. Received: {name}={value!r}")
+    number = tf.cast(value, tf.float64)
+    ok = tf.logical_not(tf.math.is_nan(number))
+    if low is not None:
+        ok = tf.logical_and(ok, number >= low if low_inclusive else number > low)
+    if high is not None:
+        ok = tf.logical_and(ok, number <= high if high_inclusive else number < high)
+    message = f"`{name}` must be a number in {_interval(low, high, low_inclusive, high_inclusive)}. Received: {name}="
+    if tf.executing_eagerly():
+        if not bool(ok):
+            raise ValueError(f"{message}{value.numpy()!r}")
+        return value
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message, value])]):
+        return tf.identity(value)
+
+
+class Hyperparameters:
+    """Mixin: declared, range-checked hyperparameters, and options.
+
+    A hyperparameter is checked when declared, whenever it is set again as an
+    attribute (``obj.learning_rate = 0.1``), and, when it can change by itself
+    (a schedule, a callable, a ``tf.Variable``), at every step. By default
+    values are kept as given, in a dictionary; an optimizer rule keeps them as
+    OptimizerV2 hyperparameters (checkpointed variables) instead.
+
+    An *option* (:meth:`add_option`) is any other constructor argument, read
+    when the step is built (``amsgrad``, ``epsilon``...): it is checked when set,
+    and once the first step has been taken it can no longer change, since the
+    change could not take effect.
     """
 
     def add_hyperparameter(self, name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -79,23 +132,47 @@ class Hyperparameters:
 
         ``value`` may be a float, a tensor, a callable returning one, or a
         ``LearningRateSchedule`` (evaluated at the step). Numbers are checked
-        against ``[low, high]`` now and whenever the attribute is set.
+        against ``[low, high]`` now and whenever the attribute is set;
+        schedules, callables and variables at each step.
         """
-        check = functools.partial(check_number, name, low=low, high=high, low_inclusive=low_inclusive,
-                                  high_inclusive=high_inclusive)
-        check(value)
-        self.__dict__.setdefault("_hyper_checks", {})[name] = check
+        bounds = dict(low=low, high=high, low_inclusive=low_inclusive, high_inclusive=high_inclusive)
+        check_number(name, value, **bounds)
+        self.__dict__.setdefault("_hyper_bounds", {})[name] = bounds
+        self.__dict__.setdefault("_dynamic_hypers", {})[name] = is_dynamic(value)
         self._store_hyperparameter(name, value)
+
+    def add_option(self, name: str, value: Any, check: Callable[[Any], None] | None = None) -> None:
+        """Declare option ``name`` (call in ``__init__``): ``check(value)`` runs
+        now and on every assignment; assignments after the first step raise."""
+        self.__dict__.setdefault("_option_checks", {})[name] = check
+        setattr(self, name, value)
+
+    def lock_options(self) -> None:
+        """Called when the first step is built: options can no longer change."""
+        self.__dict__["_options_locked"] = True
+
+    def checked_hyperparameters(self, iterations: Any) -> list:
+        """The run-time checks of the hyperparameters that can change by themselves."""
+        dynamic = self.__dict__.get("_dynamic_hypers", {})
+        return [self.hyperparameter(name, tf.float32, iterations) for name in self.hyperparameter_names
+                if dynamic.get(name)]
 
     @property
     def hyperparameter_names(self) -> tuple[str, ...]:
         """The declared hyperparameters, in declaration order."""
-        return tuple(self.__dict__.get("_hyper_checks", {}))
+        return tuple(self.__dict__.get("_hyper_bounds", {}))
 
     def hyperparameter(self, name: str, dtype: tf.DType = tf.float32, iterations: Any = None) -> tf.Tensor:
         """The value of hyperparameter ``name`` as a ``dtype`` tensor, schedules
         evaluated at ``iterations`` (the steps taken so far)."""
-        return tf.cast(evaluate(self._read_hyperparameter(name), iterations), dtype)
+        raw = self._read_hyperparameter(name)
+        return tf.cast(self._checked(name, raw, evaluate(raw, iterations)), dtype)
+
+    def _checked(self, name: str, raw: Any, value: Any) -> Any:
+        """``value`` of ``raw`` with its run-time check if ``raw`` can change by itself."""
+        if self.__dict__.get("_dynamic_hypers", {}).get(name, is_dynamic(raw)):
+            return checked_value(name, value, **self.__dict__["_hyper_bounds"][name])
+        return value
 
     def _store_hyperparameter(self, name: str, value: Any) -> None:
         self.__dict__.setdefault("_hyper_values", {})[name] = value
@@ -104,14 +181,25 @@ class Hyperparameters:
         return self.__dict__["_hyper_values"][name]
 
     def _check_hyperparameter(self, name: str, value: Any) -> bool:
-        """Check ``value`` if ``name`` is declared; return whether it is."""
-        check = self.__dict__.get("_hyper_checks", {}).get(name)
-        if check is not None:
-            check(value)
-        return check is not None
+        """Check ``value`` if ``name`` is declared, and remember whether it can
+        change by itself; return whether ``name`` is declared."""
+        bounds = self.__dict__.get("_hyper_bounds", {}).get(name)
+        if bounds is not None:
+            check_number(name, value, **bounds)
+            self.__dict__.setdefault("_dynamic_hypers", {})[name] = is_dynamic(value)
+        return bounds is not None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if self._check_hyperparameter(name, value):
+        options = self.__dict__.get("_option_checks", {})
+        if name in options:
+            if self.__dict__.get("_options_locked") and self.__dict__.get(name, value) is not value:
+                raise ValueError(f"`{name}` cannot change once {type(self).__name__} has taken a step (the step "
+                                 f"is already built with {name}={self.__dict__[name]!r}); make a new optimizer "
+                                 f"instead. Received: {name}={value!r}")
+            if options[name] is not None:
+                options[name](value)
+            self.__dict__[name] = value
+        elif self._check_hyperparameter(name, value):
             self._store_hyperparameter(name, value)
         else:
             super().__setattr__(name, value)

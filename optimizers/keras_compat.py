@@ -149,6 +149,11 @@ def maybe_merge_call(fn: Any, strategy: Any, *args: Any) -> Any:
     return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
 
 
+def is_loss_scale_optimizer(obj: Any) -> bool:
+    """A Keras 2 ``LossScaleOptimizer`` (mixed precision) around an OptimizerV2."""
+    return isinstance(obj, keras.mixed_precision.LossScaleOptimizer) and isinstance(obj, OptimizerV2)
+
+
 def is_sharded_variable(var: Any) -> bool:
     return isinstance(var, tf.__internal__.distribute.ShardedVariable)
 
@@ -196,3 +201,28 @@ def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:
             return slots[slot_name]
 
         restored.add_slot = add_slot
+
+
+def install_loss_scale_hook(undo_unscaling: Any) -> None:
+    """Let variables whose gradient is a value get it unscaled by no one.
+
+    Keras 2's ``LossScaleOptimizer`` divides every gradient by the loss scale
+    before its inner optimizer applies them; Keras 3's leaves
+    overwrite-with-gradient variables alone. One narrow addition, done once:
+    ``LossScaleOptimizer._apply_gradients`` first passes the gradients through
+    ``undo_unscaling(inner_optimizer, grads, variables, loss_scale)``.
+    """
+    import importlib
+
+    root = "tf_keras.src" if TF_VERSION >= (2, 16) else "keras.src"
+    cls = importlib.import_module(root + ".mixed_precision.loss_scale_optimizer").LossScaleOptimizer
+    original = cls._apply_gradients
+    if getattr(original, "_custom_optimizer_v2", False):
+        return
+
+    def _apply_gradients(self: Any, grads: Any, wrapped_vars: Any, name: Any) -> Any:
+        grads = undo_unscaling(self._optimizer, list(grads), wrapped_vars.value, self.loss_scale)
+        return original(self, grads, wrapped_vars, name)
+
+    _apply_gradients._custom_optimizer_v2 = True  # type: ignore[attr-defined]
+    cls._apply_gradients = _apply_gradients

@@ -50,10 +50,15 @@ class UpdateRule(Hyperparameters):
 
     ``reduction`` (class attribute) says how the gradient is combined across
     replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or
-    ``"none"`` when the gradient is not used.
+    ``"none"`` when the gradient is not used. ``gradient_is_value`` (class
+    attribute, default ``False``) marks a rule whose "gradient" is a value to
+    take rather than a gradient: mixed precision's loss scaling leaves it alone.
     """
 
     reduction: str = "sum"
+    #: The "gradient" is a value to take (an overwrite statistic), not a gradient:
+    #: a ``LossScaleOptimizer`` leaves it unscaled.
+    gradient_is_value: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -43,6 +43,7 @@ library kept it) load as they always did.
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import numpy as np
@@ -102,7 +103,8 @@ def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables:
     for key, value in sorted(optimizer.__dict__.get("_pending_slot_values", {}).items()):
         entries.append(list(key))  # loaded but not trained since: saved again as loaded
         values.append(value)
-    store[_NAMES] = np.frombuffer(json.dumps(entries).encode(), dtype=np.uint8)
+    header = {"class": type(optimizer).__name__, "entries": entries}
+    store[_NAMES] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     for position, value in enumerate(values):
         store[str(position)] = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
@@ -112,10 +114,22 @@ def load_own_variables(optimizer: Any, store: Any, inner: Any = None) -> None:
     optimizer state, e.g. one written before this library kept it)."""
     if _NAMES not in store:
         return
-    entries = json.loads(np.asarray(store[_NAMES]).tobytes().decode())
+    try:
+        header = json.loads(np.asarray(store[_NAMES]).tobytes().decode())
+        entries = header["entries"] if isinstance(header, dict) else header  # a list: written by version 0.1
+        values = [np.asarray(store[str(position)]) for position in range(len(entries))]
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as error:
+        raise ValueError(f"The optimizer state of {type(optimizer).__name__} in this file is damaged and cannot be "
+                         f"read ({type(error).__name__}: {error}). Received: a store with keys "
+                         f"{sorted(store.keys()) if hasattr(store, 'keys') else store!r}") from None
+    saved_class = header.get("class") if isinstance(header, dict) else None
+    if saved_class is not None and saved_class != type(optimizer).__name__:
+        warnings.warn(f"The file holds the state of a {saved_class} optimizer; it is not loaded into this "
+                      f"{type(optimizer).__name__}, which keeps its own hyperparameters, step count and slots.",
+                      stacklevel=2)
+        return
     pending = optimizer.__dict__.setdefault("_pending_slot_values", {})
-    for position, entry in enumerate(entries):
-        value = np.asarray(store[str(position)])
+    for entry, value in zip(entries, values):
         kind = entry[0]
         if kind == "iterations":
             _assign(optimizer.iterations, value)

@@ -20,7 +20,7 @@ import slots as slots_lib
 from optimizers import compiled
 from optimizers import config as config_lib
 from optimizers import updaters as updaters_lib
-from optimizers.base import OptimizerBase, check_grads_and_vars
+from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_number, evaluate
 from optimizers.keras_compat import fallback_apply_state, is_plain_resource_variable, variable_key
 from optimizers.rule import UpdateRule
@@ -210,7 +210,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         if name != "learning_rate":
             return super().hyperparameter(name, dtype, iterations)
         local_step = tf.cast(iterations, dtype)
-        lr = tf.cast(evaluate(self._read_hyperparameter(name), local_step), dtype)
+        raw = self._read_hyperparameter(name)
+        lr = tf.cast(self._checked(name, raw, evaluate(raw, local_step)), dtype)
         if self._initial_decay > 0.0:
             lr = lr / (1.0 + tf.cast(self._initial_decay, dtype) * local_step)
         return lr
@@ -261,6 +262,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         key = (id(rule), variable_key(var))
         specs = self._var_specs.get(key)
         if specs is None:
+            rule.lock_options()
             specs = self._var_specs[key] = slots_lib.as_slot_specs(rule.slot_specs(var))
         return specs
 
@@ -287,6 +289,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     # ------------------------------------------------- OptimizerV2's private hooks
     def _create_slots(self, var_list: Iterable[tf.Variable]) -> None:
+        self.lock_options()
         var_list = list(var_list)
         own = [v for v in var_list if self._rule_of(v) is self]
         # Slot-major order (every "m", then every "v"), as Keras 2's built-ins and TFA:
@@ -304,6 +307,15 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         apply_state[(var_device, var_dtype)].update(self.step_coefficients(var_dtype, self.iterations))
 
     def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
+        """Every check of the step (sparse indices, hyperparameter values) runs
+        before its first assignment, so a refused step changes nothing."""
+        checks = index_checks(grads_and_vars)
+        if not tf.executing_eagerly():
+            checks += [t for c in (apply_state or {}).values() for t in c.values() if tf.is_tensor(t)]
+        with tf.control_dependencies(checks):
+            return self._apply_updates(distribution, grads_and_vars, apply_state, name)
+
+    def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
         """Without a strategy, the compiled dense updates of the small variables of
         one device run as one XLA call (see ``optimizers/compiled.py``)."""
         if not self.jit_compile or tf.distribute.has_strategy():
@@ -378,8 +390,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                         decay_var_list: Iterable[tf.Variable] | None = None) -> Any:
         """Apply gradients (see OptimizerV2). ``decay_var_list``: if given, only
         these variables are weight-decayed (it overrides ``exclude_from_weight_decay``)."""
-        grads_and_vars = list(grads_and_vars)
-        check_grads_and_vars(grads_and_vars)
+        grads_and_vars = check_grads_and_vars(grads_and_vars)
         self._decay_var_mask = None if decay_var_list is None else VariableMask(
             [v for v in decay_var_list], "decay_var_list")
         try:

@@ -88,7 +88,11 @@ class OverwriteWithGradient(VariableUpdater):
     Across replicas the gradients are averaged (``reduction="mean"``), or their
     maximum is taken (``reduction="max"``, for amax-like statistics); never summed.
     A sparse gradient overwrites only its rows (repeated rows are summed first).
+    Under mixed precision, a ``LossScaleOptimizer`` does not unscale it (as in
+    Keras 3): the variable takes the value computed in the forward pass.
     """
+
+    gradient_is_value = True
 
     def __init__(self, reduction: str = "mean") -> None:
         if reduction not in ("mean", "max"):
@@ -299,3 +303,22 @@ class Routing:
     def rules(self) -> list[UpdateRule]:
         """Every rule named in the mapping."""
         return list(self.patterns.values()) + list(self._by_key.values())
+
+
+def undo_unscaling(optimizer: Any, grads: list, variables: list, loss_scale: Any) -> list:
+    """Multiply back by ``loss_scale`` the gradients of variables whose rule takes
+    its gradient as a value (exact: the dynamic loss scale is a power of two)."""
+    lookup = getattr(optimizer, "updater_for", None)
+    if lookup is None:
+        return grads
+    out = []
+    for grad, var in zip(grads, variables):
+        rule = lookup(var) if grad is not None else None
+        if rule is not None and rule.gradient_is_value:
+            if isinstance(grad, tf.IndexedSlices):
+                grad = tf.IndexedSlices(grad.values * tf.cast(loss_scale, grad.values.dtype), grad.indices,
+                                        grad.dense_shape)
+            else:
+                grad = grad * tf.cast(loss_scale, grad.dtype)
+        out.append(grad)
+    return out

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_number
+from optimizers.hyperparameters import check_bool, check_number
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Adam"]
+
+
+def check_epsilon(value: Any) -> None:
+    if tf.is_tensor(value):
+        raise TypeError(f"`epsilon` must be a Python float (it is converted to each variable's dtype). "
+                        f"Received: epsilon={value!r}")
+    check_number("epsilon", value, low=0.0)
 
 
 class Adam(CustomOptimizerV2):
@@ -59,17 +67,16 @@ class Adam(CustomOptimizerV2):
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  amsgrad: bool = False, name: str = "Adam", *, lazy: bool = False, **kwargs: Any) -> None:
-        check_number("epsilon", epsilon, low=0.0)
-        for flag, value in (("amsgrad", amsgrad), ("lazy", lazy)):
-            if not isinstance(value, bool):
-                raise TypeError(f"`{flag}` must be a bool. Received: {flag}={value!r}")
+        check_epsilon(epsilon)
+        check_bool("amsgrad", amsgrad)
+        check_bool("lazy", lazy)
         super().__init__(name, **kwargs)
         self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
         self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
         self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
-        self.epsilon = epsilon  # kept as given and converted per dtype, like Keras 2's Adam
-        self.amsgrad = amsgrad
-        self.lazy = lazy
+        self.add_option("epsilon", epsilon, check_epsilon)  # a number, converted per dtype like Keras 2's Adam
+        self.add_option("amsgrad", amsgrad, functools.partial(check_bool, "amsgrad"))
+        self.add_option("lazy", lazy, functools.partial(check_bool, "lazy"))
 
     def slot_specs(self, var: tf.Variable) -> list[str]:
         return ["m", "v", "vhat"] if self.amsgrad else ["m", "v"]
@@ -78,8 +85,7 @@ class Adam(CustomOptimizerV2):
         step, lr = coefficients["step"], coefficients["learning_rate"]
         beta_1, beta_2 = coefficients["beta_1"], coefficients["beta_2"]
         coefficients["alpha"] = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
-        eps = self.epsilon
-        coefficients["epsilon"] = tf.cast(eps, dtype) if tf.is_tensor(eps) else tf.constant(eps, dtype)
+        coefficients["epsilon"] = tf.constant(self.epsilon, dtype)
 
     @staticmethod
     def _update(m, v, coefficients):

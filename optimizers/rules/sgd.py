@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
 
+from optimizers.hyperparameters import check_bool
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["SGD"]
@@ -48,12 +50,11 @@ class SGD(CustomOptimizerV2):
 
     def __init__(self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: bool = False, name: str = "SGD",
                  **kwargs: Any) -> None:
-        if not isinstance(nesterov, bool):
-            raise TypeError(f"`nesterov` must be a bool. Received: nesterov={nesterov!r}")
+        check_bool("nesterov", nesterov)
         super().__init__(name, **kwargs)
         self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
         self.add_hyperparameter("momentum", momentum, low=0.0, high=1.0)
-        self.nesterov = nesterov
+        self.add_option("nesterov", nesterov, functools.partial(check_bool, "nesterov"))
         # Keras 2 keeps a velocity slot only when momentum may be non-zero (checkpoints depend on it).
         self._has_momentum = tf.is_tensor(momentum) or callable(momentum) or momentum > 0
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 import slots as slots_lib
 from optimizers import compiled, saving
 from optimizers import config as config_lib
-from optimizers.base import OptimizerBase, check_grads_and_vars
+from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import Hyperparameters, check_number
 from optimizers.keras_compat import (
     OptimizerV2,
@@ -232,6 +232,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         _ = self.iterations
         create_all_weights(self._optimizer, var_list)
         self._create_slots(var_list)
+        self.lock_options()
         for var in var_list:
             if variable_key(var) not in self._seen:
                 self._seen[variable_key(var)] = var
@@ -256,14 +257,17 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
 
         ``**kwargs`` (such as ``decay_var_list``) go to the inner optimizer.
         """
-        grads_and_vars = list(grads_and_vars)
-        check_grads_and_vars(grads_and_vars)
+        grads_and_vars = check_grads_and_vars(grads_and_vars)
         var_list = [v for g, v in grads_and_vars if g is not None]
         with tf.name_scope(self._name), tf.init_scope():
             self._create_all_weights(var_list)
-        grads_and_vars = list(self.before_step(grads_and_vars))
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        update = self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients, **kwargs)
+        # Checked before the inner step: the wrapper's hyperparameters, as after_step will read them.
+        checks = index_checks(grads_and_vars) + self.checked_hyperparameters(self.iterations)
+        with tf.control_dependencies(checks if not tf.executing_eagerly() else []):
+            grads_and_vars = list(self.before_step(grads_and_vars))
+            kwargs = {k: v for k, v in kwargs.items() if v is not None}
+            update = self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
+                                                     **kwargs)
         wrapped = [v for v in var_list if self.wraps(v)]
         if not wrapped or type(self).after_step is OptimizerWrapper.after_step:
             return update

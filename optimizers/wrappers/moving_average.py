@@ -7,14 +7,33 @@ work in any context and restore the weights bit for bit.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import evaluate
+from optimizers.hyperparameters import check_bool, evaluate
 from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["MovingAverage"]
+
+
+def _check_num_updates(value: Any) -> None:
+    if isinstance(value, tf.Variable):
+        if not value.dtype.is_integer:
+            raise TypeError(f"`num_updates` must be an int or an integer tf.Variable. Received: num_updates={value!r}")
+        return
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"`num_updates` must be None, an int or an integer tf.Variable. Received: num_updates={value!r}")
+    if value is not None and value < 0:
+        raise ValueError(f"`num_updates` must be >= 0. Received: num_updates={value!r}")
+
+
+def _check_start_step(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`start_step` must be an int. Received: start_step={value!r}")
+    if value < 0:
+        raise ValueError(f"`start_step` must be >= 0. Received: start_step={value!r}")
 
 
 class MovingAverage(AveragingWrapper):
@@ -84,23 +103,14 @@ class MovingAverage(AveragingWrapper):
 
     def __init__(self, optimizer: Any, average_decay: Any = 0.99, num_updates: Any = None, start_step: int = 0,
                  dynamic_decay: bool = False, name: str = "MovingAverage", **kwargs: Any) -> None:
-        if isinstance(num_updates, tf.Variable):
-            if not num_updates.dtype.is_integer:
-                raise TypeError(f"`num_updates` must be an int or an integer tf.Variable. "
-                                f"Received: num_updates={num_updates!r}")
-        elif num_updates is not None and (isinstance(num_updates, bool) or not isinstance(num_updates, int)
-                                          or num_updates < 0):
-            raise ValueError(f"`num_updates` must be None, an int >= 0 or an integer tf.Variable. "
-                             f"Received: num_updates={num_updates!r}")
-        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
-            raise ValueError(f"`start_step` must be an int >= 0. Received: start_step={start_step!r}")
-        if not isinstance(dynamic_decay, bool):
-            raise TypeError(f"`dynamic_decay` must be a bool. Received: dynamic_decay={dynamic_decay!r}")
+        _check_num_updates(num_updates)
+        _check_start_step(start_step)
+        check_bool("dynamic_decay", dynamic_decay)
         super().__init__(optimizer, name, **kwargs)
         self.add_hyperparameter("average_decay", average_decay, low=0.0, high=1.0)
-        self.num_updates = num_updates
-        self.start_step = start_step
-        self.dynamic_decay = dynamic_decay
+        self.add_option("num_updates", num_updates, _check_num_updates)
+        self.add_option("start_step", start_step, _check_start_step)
+        self.add_option("dynamic_decay", dynamic_decay, functools.partial(check_bool, "dynamic_decay"))
 
     def prepare(self, dtype: tf.DType, coefficients: dict[str, Any]) -> None:
         """:math:`d_t`, computed in float32 from :math:`t` (the steps before this one)."""

@@ -1,0 +1,146 @@
+"""LAMB: Adam's direction plus weight decay, rescaled per variable; TensorFlow Addons' ``LAMB`` successor."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import tensorflow as tf
+
+from optimizers.hyperparameters import check_number
+from optimizers.keras_compat import keras
+from optimizers.template import CustomOptimizerV2
+from optimizers.weight_decay import VariableMask
+
+__all__ = ["LAMB"]
+
+
+def check_constant(name: str, value: Any, **bounds: Any) -> None:
+    """A Python number (converted to each variable's dtype at the step), in range."""
+    if tf.is_tensor(value) or callable(value):
+        raise TypeError(f"`{name}` must be a Python float. Received: {name}={value!r}")
+    check_number(name, value, **bounds)
+
+
+def check_patterns(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, str) or not all(isinstance(p, str) for p in value)):
+        raise TypeError(f"`{name}` must be a list of regex strings. Received: {name}={value!r}")
+    VariableMask(value, name)  # refuses invalid regexes, naming the argument
+
+
+class LAMB(CustomOptimizerV2):
+    r"""LAMB (You et al., arXiv:1904.00962), TensorFlow Addons' numbers.
+
+    Adam's bias-corrected direction, plus the weight decay, rescaled per
+    variable by the trust ratio :math:`r`, at step :math:`t`:
+
+    .. math::
+        \begin{align*}
+        m &\leftarrow \beta_1 m + (1-\beta_1)\,g, \qquad v \leftarrow \beta_2 v + (1-\beta_2)\,g^2 \\
+        u &= \frac{m / (1-\beta_1^t)}{\sqrt{v / (1-\beta_2^t)} + \epsilon} + \lambda_t\,\theta
+            && \lambda_t\theta \text{ unless excluded from weight decay} \\
+        r &= \|\theta\|_2 / \|u\|_2 \text{ if both norms are } > 0 \text{, else } 1
+            && r = 1 \text{ if excluded from layer adaptation} \\
+        \theta &\leftarrow \theta - \eta_t\, r\, u
+        \end{align*}
+
+    Norms are over the whole variable. A sparse gradient gives the same step
+    as its dense equivalent (every row's moments decay, as in TFA).
+
+    As in TFA, ``exclude_from_layer_adaptation=None`` (or ``[]``) means "the
+    same as ``exclude_from_weight_decay``", and ``epsilon=0`` means Keras's
+    ``backend.epsilon()`` (``1e-7``): both are kept because configs and
+    scripts written for TFA rely on them. ``decay_var_list`` (given to
+    ``apply_gradients``/``minimize``) chooses the decayed variables; the layer
+    adaptation still follows the exclusion lists.
+
+    Args:
+        learning_rate: :math:`\eta`: float, tensor, callable or schedule.
+            Defaults to ``0.001``.
+        beta_1: Decay of the first moment, in ``[0, 1)``. Defaults to ``0.9``.
+        beta_2: Decay of the second moment, in ``[0, 1)``. Defaults to ``0.999``.
+        epsilon: :math:`\epsilon`, a float ``>= 0``. Defaults to ``1e-6``.
+        weight_decay: :math:`\lambda`: float, tensor, callable or schedule,
+            ``>= 0``. Defaults to ``0.0``. TFA's old name ``weight_decay_rate``
+            is accepted with a ``DeprecationWarning``.
+        exclude_from_weight_decay: Regexes searched in ``var.name``; matching
+            variables are not decayed. Defaults to ``None``.
+        exclude_from_layer_adaptation: Regexes searched in ``var.name``;
+            matching variables take :math:`r = 1`. Defaults to ``None``
+            (``exclude_from_weight_decay``'s list).
+        name: Defaults to ``"LAMB"``.
+        **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``decay``,
+            ``updaters``, ``jit_compile`` (see :class:`~optimizers.CustomOptimizerV2`).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from optimizers.rules.lamb import LAMB
+    >>> var = tf.Variable([3.0, -4.0])  # norm 5
+    >>> _ = LAMB(learning_rate=0.1).apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    >>> [round(x, 4) for x in var.numpy().tolist()]  # first step: u = g / |g| = [1, 1], r = 5 / sqrt(2)
+    [2.6464, -4.3536]
+    """
+
+    weight_decay_placement = "inside"  # the decay is part of the direction the trust ratio rescales
+
+    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-6,
+                 weight_decay: Any = 0.0, exclude_from_weight_decay: list[str] | None = None,
+                 exclude_from_layer_adaptation: list[str] | None = None, name: str = "LAMB",
+                 **kwargs: Any) -> None:
+        if "weight_decay_rate" in kwargs:
+            warnings.warn("`weight_decay_rate` is deprecated (TFA renamed it), use `weight_decay` instead.",
+                          DeprecationWarning, stacklevel=2)
+            weight_decay = kwargs.pop("weight_decay_rate")
+        if kwargs.get("scale_weight_decay_by_lr"):
+            raise ValueError("LAMB multiplies its whole update, decay included, by the learning rate. Received: "
+                             f"scale_weight_decay_by_lr={kwargs['scale_weight_decay_by_lr']!r}")
+        check_constant("epsilon", epsilon, low=0.0)
+        check_number("weight_decay", weight_decay, low=0.0)  # None too: LAMB always has a decay
+        check_patterns("exclude_from_weight_decay", exclude_from_weight_decay)
+        check_patterns("exclude_from_layer_adaptation", exclude_from_layer_adaptation)
+        super().__init__(name, weight_decay=weight_decay, exclude_from_weight_decay=exclude_from_weight_decay,
+                         **kwargs)
+        self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+        self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
+        self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
+        self.add_option("epsilon", epsilon or keras.backend.epsilon(),
+                        functools.partial(check_constant, "epsilon", low=0.0))
+        self.add_option("exclude_from_layer_adaptation", exclude_from_layer_adaptation or exclude_from_weight_decay,
+                        functools.partial(check_patterns, "exclude_from_layer_adaptation"))
+
+    @property
+    def exclude_from_weight_decay(self) -> list[str] | None:
+        return self._weight_decay.exclude.patterns or None
+
+    def slot_specs(self, var: tf.Variable) -> list[str]:
+        return ["m", "v"]
+
+    def variable_options(self, var: tf.Variable) -> dict[str, bool]:
+        if "_not_adapted" not in self.__dict__:  # built at the first step, when the options are locked
+            self._not_adapted = VariableMask(self.exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
+        return {"layer_adaptation": not self._not_adapted.matches(var)}
+
+    def prepare(self, dtype: tf.DType, coefficients: dict) -> None:
+        step, beta_1, beta_2 = coefficients["step"], coefficients["beta_1"], coefficients["beta_2"]
+        coefficients.update(one_minus_beta_1=1 - beta_1, one_minus_beta_2=1 - beta_2,
+                            m_correction=1 - tf.pow(beta_1, step), v_correction=1 - tf.pow(beta_2, step),
+                            epsilon=tf.constant(self.epsilon, dtype))
+
+    def update_dense(self, grad, var, slots, coefficients):
+        m, v = slots["m"], slots["v"]
+        m_t = m * coefficients["beta_1"] + grad * coefficients["one_minus_beta_1"]
+        v_t = v * coefficients["beta_2"] + (grad * grad) * coefficients["one_minus_beta_2"]
+        update = (m_t / coefficients["m_correction"]) / (
+            tf.sqrt(v_t / coefficients["v_correction"]) + coefficients["epsilon"])
+        if coefficients.get("decayed", False):  # Python bools: one compiled step per kind of variable
+            update += coefficients["weight_decay_factor"] * var
+        ratio = 1.0
+        if coefficients["layer_adaptation"]:
+            w_norm, u_norm = tf.norm(var, ord=2), tf.norm(update, ord=2)
+            ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, tf.ones_like(w_norm))
+        new_var = var - ratio * coefficients["learning_rate"] * update
+        m.assign(m_t)
+        v.assign(v_t)
+        return var.assign(new_var)

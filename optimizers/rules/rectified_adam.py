@@ -1,0 +1,162 @@
+"""RectifiedAdam (RAdam), TensorFlow Addons' ``RectifiedAdam`` successor; its warm-up is shared with AdaBelief."""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Any
+
+import tensorflow as tf
+
+from optimizers.hyperparameters import check_number
+from optimizers.keras_compat import keras
+from optimizers.template import CustomOptimizerV2
+
+__all__ = ["RectifiedAdam"]
+
+
+def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rate: Any, beta_1: Any, beta_2: Any,
+                   epsilon: float, weight_decay: Any, amsgrad: bool, sma_threshold: Any, total_steps: int,
+                   warmup_proportion: Any, min_lr: Any) -> None:
+    """The arguments RectifiedAdam and AdaBelief share, checked and stored (TFA's names)."""
+    learning_rate, weight_decay = (keras.optimizers.schedules.deserialize(v) if isinstance(v, dict) else v
+                                   for v in (learning_rate, weight_decay))
+    check_number("epsilon", epsilon, low=0.0, low_inclusive=False)  # TFA silently turns 0 into 1e-7
+    check_number("weight_decay", weight_decay, low=0.0)
+    check_number("sma_threshold", sma_threshold, low=-float("inf"))
+    if not isinstance(sma_threshold, (dict, keras.optimizers.schedules.LearningRateSchedule)) and not callable(
+            sma_threshold) and float(sma_threshold) < 4.0:
+        raise ValueError("`sma_threshold` must be >= 4: below 4 the rectification is the square root of a negative "
+                         f"number (TFA's steps turn NaN). Received: sma_threshold={sma_threshold!r}")
+    if not isinstance(amsgrad, bool):
+        raise TypeError(f"`amsgrad` must be a bool. Received: amsgrad={amsgrad!r}")
+    if isinstance(total_steps, bool) or not isinstance(total_steps, Integral) or total_steps < 0:
+        raise ValueError(f"`total_steps` must be an integer >= 0. Received: total_steps={total_steps!r}")
+    if kwargs.get("scale_weight_decay_by_lr"):
+        raise ValueError(f"{type(opt).__name__}'s weight decay is multiplied by the learning rate already. "
+                         f"Received: scale_weight_decay_by_lr={kwargs['scale_weight_decay_by_lr']!r}")
+    CustomOptimizerV2.__init__(opt, name, weight_decay=weight_decay, **kwargs)
+    opt.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+    opt.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
+    opt.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
+    opt.add_hyperparameter("sma_threshold", sma_threshold, low=4.0)
+    opt.add_hyperparameter("warmup_proportion", warmup_proportion, low=0.0, high=1.0)
+    opt.add_hyperparameter("min_lr", min_lr, low=0.0)
+    opt.epsilon, opt.amsgrad, opt.total_steps = epsilon, amsgrad, int(total_steps)
+
+
+def warmup_learning_rate(c: dict, total_steps: int) -> Any:
+    """TFA's linear warm-up to ``learning_rate``, then linear decay to ``min_lr`` (none if ``total_steps == 0``)."""
+    lr, step = c["learning_rate"], c["step"]
+    if total_steps <= 0:
+        return lr
+    total = tf.constant(float(total_steps), step.dtype)
+    warmup = total * c["warmup_proportion"]
+    decay_steps = tf.maximum(total - warmup, 1)
+    decay_rate = (c["min_lr"] - lr) / decay_steps
+    return tf.where(step <= warmup, lr * (step / warmup), lr + decay_rate * tf.minimum(step - warmup, decay_steps))
+
+
+class RectifiedAdam(CustomOptimizerV2):
+    r"""Rectified Adam (Liu et al., arXiv:1908.03265), TFA's numbers.
+
+    Adam whose adaptive step is used only once the variance of :math:`1/\sqrt v` is
+    tractable (:math:`\rho_t \ge \rho_\text{thr}`), scaled by :math:`r_t`; SGD with
+    momentum before that. With the warm-up rate :math:`\eta_t` (see ``total_steps``):
+
+    .. math::
+        \begin{align*}
+        m &\leftarrow \beta_1 m + (1-\beta_1)g, \quad v \leftarrow \beta_2 v + (1-\beta_2)g^2, \quad
+            \hat m = \frac{m}{1-\beta_1^t}, \quad \hat v = \sqrt{\frac{v}{1-\beta_2^t}}
+            \ (\text{AMSGrad: } v_\max) \\
+        \rho_\infty &= \frac{2}{1-\beta_2} - 1, \quad \rho_t = \rho_\infty - \frac{2t\beta_2^t}{1-\beta_2^t},
+            \quad r_t = \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}} \\
+        \theta &\leftarrow \theta - \eta_t\Big(\Big[\rho_t \ge \rho_\text{thr}\ ?\
+            \frac{r_t\hat m}{\hat v + \epsilon} : \hat m\Big] + \lambda\theta\Big)
+        \end{align*}
+
+    Warm-up (``total_steps > 0``): :math:`\eta_t` rises linearly to ``learning_rate``
+    over ``warmup_proportion * total_steps`` steps, then falls linearly to
+    ``min_lr`` at ``total_steps``. A sparse step (TFA's rule) decays the
+    moments of every row and updates (and weight-decays) the touched rows only.
+
+    Differences from TFA (fixes): ``sma_threshold < 4`` is refused (TFA's
+    :math:`r_t` is then NaN whenever :math:`2 < \rho_t < 4`) and ``epsilon=0``
+    too (TFA silently uses ``1e-7``).
+
+    Args:
+        learning_rate: :math:`\eta`: float, tensor, callable or schedule. Defaults to ``0.001``.
+        beta_1, beta_2: Moment decays, in ``[0, 1)``. Default to ``0.9``, ``0.999``.
+        epsilon: :math:`\epsilon > 0`. Defaults to ``1e-7``.
+        weight_decay: :math:`\lambda \ge 0` (float, tensor, callable or schedule). Defaults to ``0.0``.
+        amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.
+        sma_threshold: :math:`\rho_\text{thr} \ge 4`. Defaults to ``5.0``.
+        total_steps: Integer; ``> 0`` enables the warm-up. Defaults to ``0``.
+        warmup_proportion: In ``[0, 1]``. Defaults to ``0.1``.
+        min_lr: Learning rate at ``total_steps``. Defaults to ``0.0``.
+        name: Defaults to ``"RectifiedAdam"``.
+        **kwargs: ``exclude_from_weight_decay``, ``clipnorm``, ``clipvalue``,
+            ``global_clipnorm``, ``decay``, ``updaters``, ``jit_compile``.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from optimizers.rules.rectified_adam import RectifiedAdam
+    >>> var = tf.Variable([1.0, -2.0])
+    >>> _ = RectifiedAdam(learning_rate=0.1).apply_gradients([(tf.constant([0.5, -0.5]), var)])
+    >>> [round(x, 5) for x in var.numpy().tolist()]  # step 1 (rho_1 = 1): SGD with momentum, lr * g
+    [0.95, -1.95]
+    """
+
+    weight_decay_placement = "inside"
+
+    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
+                 weight_decay: Any = 0.0, amsgrad: bool = False, sma_threshold: Any = 5.0, total_steps: int = 0,
+                 warmup_proportion: Any = 0.1, min_lr: Any = 0.0, name: str = "RectifiedAdam", **kwargs: Any) -> None:
+        init_rectified(self, name, kwargs, learning_rate, beta_1, beta_2, epsilon, weight_decay, amsgrad,
+                       sma_threshold, total_steps, warmup_proportion, min_lr)
+
+    def slot_specs(self, var):
+        return ["m", "v", "vhat"] if self.amsgrad else ["m", "v"]
+
+    def prepare(self, dtype, c):
+        step, beta_2 = c["step"], c["beta_2"]
+        beta_2_power = tf.pow(beta_2, step)
+        c["recip_1"] = 1.0 / (1.0 - tf.pow(c["beta_1"], step))
+        c["recip_2"] = 1.0 / (1.0 - beta_2_power)
+        sma_inf = 2.0 / (1.0 - beta_2) - 1.0
+        sma_t = sma_inf - 2.0 * step * beta_2_power * c["recip_2"]
+        c["r_t"] = tf.sqrt((sma_t - 4.0) / (sma_inf - 4.0) * (sma_t - 2.0) / (sma_inf - 2.0) * sma_inf / sma_t)
+        c["rectified"] = sma_t >= tf.maximum(c["sma_threshold"], 4.0)  # max: a callable threshold, too
+        c["lr_t"] = warmup_learning_rate(c, self.total_steps)
+        c["epsilon"] = tf.constant(self.epsilon, dtype)
+
+    def _step(self, var, m, v, c):
+        """``lr_t`` times the update of ``var`` (rows) from the new moments (rows)."""
+        m_corr = m * c["recip_1"]
+        update = tf.where(c["rectified"], c["r_t"] * m_corr / (tf.sqrt(v * c["recip_2"]) + c["epsilon"]), m_corr)
+        if c.get("decayed"):
+            update += c["weight_decay_factor"] * var
+        return c["lr_t"] * update
+
+    def update_dense(self, grad, var, slots, c):
+        m = c["beta_1"] * slots["m"] + (1.0 - c["beta_1"]) * grad
+        v = c["beta_2"] * slots["v"] + (1.0 - c["beta_2"]) * tf.square(grad)
+        slots["m"].assign(m)
+        slots["v"].assign(v)
+        if self.amsgrad:
+            v = tf.maximum(slots["vhat"], v)
+            slots["vhat"].assign(v)
+        return var.assign_sub(self._step(var, m, v, c))
+
+    def update_sparse(self, grad, var, indices, slots, c):
+        m, v = slots["m"], slots["v"]
+        m.assign(m * c["beta_1"])
+        m.scatter_add(tf.IndexedSlices(grad * (1.0 - c["beta_1"]), indices))
+        v.assign(v * c["beta_2"])
+        v.scatter_add(tf.IndexedSlices((grad * grad) * (1.0 - c["beta_2"]), indices))
+        v_rows = tf.gather(v, indices)
+        if self.amsgrad:  # other rows: beta_2 v <= v <= vhat, unchanged
+            v_rows = tf.maximum(tf.gather(slots["vhat"], indices), v_rows)
+            slots["vhat"].scatter_update(tf.IndexedSlices(v_rows, indices))
+        step = self._step(tf.gather(var, indices), tf.gather(m, indices), v_rows, c)
+        return var.scatter_sub(tf.IndexedSlices(step, indices))

@@ -198,6 +198,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     def _set_hyper(self, name: str, value: Any) -> None:
         self._check_hyperparameter(name, value)
+        if callable(value) and not tf.is_tensor(value) and self._hypers_created and name in self._hyper:
+            self._hyper[name] = value  # OptimizerV2 would try to assign a callable to the variable
+            return
         super()._set_hyper(name, value)
 
     def hyperparameter(self, name: str, dtype: tf.DType = tf.float32, iterations: Any = None) -> tf.Tensor:

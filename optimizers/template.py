@@ -21,7 +21,7 @@ from optimizers import compiled
 from optimizers import config as config_lib
 from optimizers import updaters as updaters_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
-from optimizers.hyperparameters import check_number, evaluate
+from optimizers.hyperparameters import check_bool, check_number, evaluate
 from optimizers.keras_compat import fallback_apply_state, is_plain_resource_variable, variable_key
 from optimizers.rule import UpdateRule
 from optimizers.weight_decay import PLACEMENTS, DecoupledWeightDecay, VariableMask
@@ -31,7 +31,7 @@ __all__ = ["CustomOptimizerV2"]
 _BASE_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm", "lr", "decay", "gradient_aggregator",
                 "gradient_transformers")
 _TEMPLATE_KWARGS = ("updaters", "jit_compile", "weight_decay", "exclude_from_weight_decay",
-                    "scale_weight_decay_by_lr")
+                    "scale_weight_decay_by_lr", "skip_non_finite")
 
 
 class CustomOptimizerV2(UpdateRule, OptimizerBase):
@@ -104,6 +104,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         scale_weight_decay_by_lr: Decay by ``lr * weight_decay`` (Keras 3,
             PyTorch, optax) instead of ``weight_decay`` alone (TensorFlow
             Addons). Defaults to ``False``.
+        skip_non_finite: Skip a step whose gradients hold a NaN or an Inf:
+            nothing changes, ``iterations`` included, and :attr:`skipped_steps`
+            counts it. Costs one pass over every gradient per step. Defaults to
+            ``False``, as in Keras (non-finite gradients reach the weights).
         **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm`` (ordinary
             variables only), ``decay`` (legacy inverse-time learning-rate decay).
 
@@ -136,7 +140,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     def __init__(self, name: str, *, updaters: Mapping[Any, UpdateRule] | None = None,
                  jit_compile: bool = True, weight_decay: Any = None,
                  exclude_from_weight_decay: Sequence[str] | None = None,
-                 scale_weight_decay_by_lr: bool = False, **kwargs: Any) -> None:
+                 scale_weight_decay_by_lr: bool = False, skip_non_finite: bool = False, **kwargs: Any) -> None:
         cls_name = type(self).__name__
         for key, value in kwargs.items():
             if key not in _BASE_KWARGS:
@@ -147,8 +151,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                 check_number(key, value, low=0.0)
         if not isinstance(name, str) or not name:
             raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
-        if not isinstance(jit_compile, bool):
-            raise TypeError(f"`jit_compile` must be a bool. Received: jit_compile={jit_compile!r}")
+        check_bool("jit_compile", jit_compile)
+        check_bool("skip_non_finite", skip_non_finite)
         if self.weight_decay_placement not in PLACEMENTS:
             raise ValueError(f"`weight_decay_placement` of {cls_name} must be one of {PLACEMENTS}. "
                              f"Received: weight_decay_placement={self.weight_decay_placement!r}")
@@ -169,6 +173,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self._lr_alias = lr_alias
         self._routing = routing
         self.jit_compile = jit_compile
+        self.skip_non_finite = skip_non_finite
+        self._skipped: tf.Variable | None = None
         self._weight_decay = decay
         self._decay_var_mask: VariableMask | None = None
         self._var_specs: dict = {}  # (rule, variable) -> its slot specs
@@ -309,6 +315,21 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
         apply_state[(var_device, var_dtype)].update(self.step_coefficients(var_dtype, self.iterations))
 
+    @property
+    def skipped_steps(self) -> tf.Variable:
+        """The number of steps skipped for non-finite gradients (``skip_non_finite=True``)."""
+        if self._skipped is None:
+            with tf.init_scope():
+                self._skipped = self.add_weight("skipped_steps", shape=[], dtype=tf.int64, trainable=False,
+                                                initializer="zeros",
+                                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        return self._skipped
+
+    def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
+        super()._create_all_weights(var_list)
+        if self.skip_non_finite:
+            _ = self.skipped_steps
+
     def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
         """Every check of the step (sparse indices, hyperparameter values) runs
         before its first assignment, so a refused step changes nothing."""
@@ -316,7 +337,22 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         if not tf.executing_eagerly():
             checks += [t for c in (apply_state or {}).values() for t in c.values() if tf.is_tensor(t)]
         with tf.control_dependencies(checks):
-            return self._apply_updates(distribution, grads_and_vars, apply_state, name)
+            if not self.skip_non_finite:
+                return self._apply_updates(distribution, grads_and_vars, apply_state, name)
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+                                    for g, _ in grads_and_vars])
+
+            def apply() -> tf.Tensor:
+                with tf.control_dependencies([self._apply_updates(distribution, grads_and_vars, apply_state, name)]):
+                    return tf.identity(self.iterations)
+
+            def skip() -> tf.Tensor:
+                with tf.control_dependencies([self.skipped_steps.assign_add(1)]):
+                    return tf.identity(self.iterations)
+
+            if tf.executing_eagerly():
+                return apply() if bool(finite) else skip()
+            return tf.cond(finite, apply, skip)
 
     def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
         """Without a strategy, the compiled dense updates of the small variables of
@@ -416,6 +452,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             config.update(self._weight_decay.get_config())
         if not self.jit_compile:
             config["jit_compile"] = False
+        if self.skip_non_finite:
+            config["skip_non_finite"] = True
         if self._routing.patterns:  # updaters keyed by variable objects cannot be serialized
             config["updaters"] = {k: config_lib.serialize_object(v) for k, v in self._routing.patterns.items()}
         return config

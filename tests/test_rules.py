@@ -219,3 +219,27 @@ def test_shipped_adam_and_sgd_equal_numpy_reference():
         p_sgd, s_sgd = reference.sgd(p_sgd, grad, s_sgd, 0.1, momentum=0.9, nesterov=True)
     np.testing.assert_allclose(var_adam.numpy(), p_adam, **TOLERANCE[tf.float32])
     np.testing.assert_allclose(var_sgd.numpy(), p_sgd, **TOLERANCE[tf.float32])
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_skip_non_finite_leaves_everything_unchanged_and_counts(mode, wrapped):
+    table = tf.Variable(np.ones((3, 2), np.float32))
+    inner = optimizers.AdamW(weight_decay=0.1, learning_rate=0.1, skip_non_finite=True)
+    opt = optimizers.MovingAverage(inner, average_decay=0.5) if wrapped else inner
+
+    def step(grad):
+        opt.apply_gradients([(grad, table)])
+
+    step = tf.function(step) if mode == "tf_function" else step
+    good = tf.IndexedSlices(tf.ones((2, 2)), tf.constant([0, 2]), tf.constant([3, 2]))
+    bad = tf.IndexedSlices(tf.constant([[1.0, np.inf], [1.0, 1.0]]), tf.constant([0, 2]), tf.constant([3, 2]))
+    step(good)
+    before = [v.numpy().copy() for v in [table] + opt.variables()]
+    step(bad)
+    after = [v.numpy() for v in [table] + opt.variables()]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    assert int(inner.skipped_steps) == 1 and int(opt.iterations) == 1
+    step(good)
+    assert int(opt.iterations) == 2 and int(inner.skipped_steps) == 1
+    assert optimizers.AdamW.from_config(inner.get_config()).skip_non_finite

@@ -263,6 +263,9 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             self._create_all_weights(var_list)
         # Checked before the inner step: the wrapper's hyperparameters, as after_step will read them.
         checks = index_checks(grads_and_vars) + self.checked_hyperparameters(self.iterations)
+        # An inner optimizer that may skip a step (skip_non_finite) does not count it: then neither do we.
+        may_skip = getattr(self._optimizer, "skip_non_finite", False)
+        before = tf.identity(self.iterations) if may_skip else None
         with tf.control_dependencies(checks if not tf.executing_eagerly() else []):
             grads_and_vars = list(self.before_step(grads_and_vars))
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
@@ -271,7 +274,13 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         wrapped = [v for v in var_list if self.wraps(v)]
         if not wrapped or type(self).after_step is OptimizerWrapper.after_step:
             return update
-        after = maybe_merge_call(self._after_steps, tf.distribute.get_strategy(), wrapped)
+        with tf.control_dependencies([update] if not tf.executing_eagerly() else []):
+            counted = True if before is None else self.iterations > before
+            if tf.executing_eagerly() and before is not None:
+                counted = bool(counted)
+            if counted is False:
+                return update
+            after = maybe_merge_call(self._after_steps, tf.distribute.get_strategy(), wrapped, counted)
         return update if tf.executing_eagerly() else tf.group(update, after)
 
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
@@ -291,7 +300,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         self.prepare(dtype, coefficients)
         return coefficients
 
-    def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list) -> Any:
+    def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any) -> Any:
         by_dtype: dict = {}
         ops = []
         for var in var_list:
@@ -300,10 +309,12 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
                 by_dtype[dtype] = self.step_coefficients(dtype)
             with strategy.extended.colocate_vars_with(var):
                 ops.extend(tf.nest.flatten(strategy.extended.update(
-                    var, self._after_step_fn, args=(by_dtype[dtype],), group=False)))
+                    var, self._after_step_fn, args=(by_dtype[dtype], counted), group=False)))
         return tf.group([op for op in ops if op is not None])
 
-    def _after_step_fn(self, var: tf.Variable, coefficients: dict) -> Any:
+    def _after_step_fn(self, var: tf.Variable, coefficients: dict, counted: Any) -> Any:
+        if counted is not True:  # a tensor: the inner optimizer may have skipped the step
+            return tf.cond(counted, lambda: tf.group(self._after_step_fn(var, coefficients, True)), tf.no_op)
         var_slots = slots_lib.get_slots(self, var, self._specs_of(var))
         if self.jit_compile and is_plain_resource_variable(var):
             key = ("after",) + compiled.signature(var, {})

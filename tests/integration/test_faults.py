@@ -1,0 +1,84 @@
+"""The fault table: for every optimizer and wrapper of the conformance table, a
+refused step leaves every weight, slot, average and ``iterations`` bit for bit
+as it was, eagerly and inside ``tf.function``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from .optimizers_under_test import IDS, OPTIMIZERS, batches, case_model, data
+
+
+def _bad_index(grads, variables):
+    """The embedding's sparse gradient with a row index past the table."""
+    out = []
+    for grad, var in zip(grads, variables):
+        if isinstance(grad, tf.IndexedSlices):
+            indices = tf.tensor_scatter_nd_update(grad.indices, [[0]], [var.shape[0] + 3])
+            grad = tf.IndexedSlices(grad.values, indices, grad.dense_shape)
+        out.append(grad)
+    return out
+
+
+def _bad_dtype(grads, variables):
+    return [tf.cast(tf.convert_to_tensor(g), tf.float64) if "dense" in v.name and "kernel" in v.name else g
+            for g, v in zip(grads, variables)]
+
+
+def _bad_shape(grads, variables):
+    return [tf.zeros([7]) if "dense" in v.name and "kernel" in v.name else g for g, v in zip(grads, variables)]
+
+
+def _nan_hyperparameter(opt):
+    """A callable hyperparameter that returns NaN: the wrapper's own, or the rule's learning rate."""
+    name = opt.hyperparameter_names[0] if hasattr(opt, "inner_optimizer") else "learning_rate"
+    setattr(opt, name, lambda: float("nan"))
+
+
+FAULTS = {
+    "sparse_index_out_of_range": (_bad_index, None, (ValueError, tf.errors.InvalidArgumentError)),
+    "gradient_dtype": (_bad_dtype, None, TypeError),
+    "gradient_shape": (_bad_shape, None, ValueError),
+    "nan_hyperparameter": (None, _nan_hyperparameter, (ValueError, tf.errors.InvalidArgumentError)),
+}
+
+
+def _snapshot(net, opt):
+    return [v.numpy().copy() for v in list(net.weights) + list(opt.variables())]
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_refused_steps_change_nothing(case, mode):
+    x, y = data()
+    net, opt = case_model(case), case.make()
+
+    def gradients(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(net(xb) - yb))
+        return tape.gradient(loss, net.trainable_variables)
+
+    def apply(grads):
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+
+    batch = next(batches(x, y, 1))
+    apply(gradients(*batch))  # a good step first: slots and averages exist
+    for fault, (bad_grads, bad_setting, error) in FAULTS.items():
+        before = _snapshot(net, opt)
+        grads = gradients(*batch)
+        if bad_grads is not None:
+            grads = bad_grads(grads, net.trainable_variables)
+        if bad_setting is not None:
+            bad_setting(opt)
+        step = tf.function(apply) if mode == "tf_function" else apply
+        with pytest.raises(error):
+            step(grads)
+        after = _snapshot(net, opt)
+        assert len(after) == len(before), fault
+        for old, new in zip(before, after):
+            np.testing.assert_array_equal(new, old, err_msg=f"{case.name}: {fault} changed the state")
+        if bad_setting is not None:  # back to a sound optimizer for the next fault
+            net, opt = case_model(case), case.make()
+            apply(gradients(*batch))

@@ -9,17 +9,20 @@ DEFAULT_STACK := "tensorflow==2.21.*" "tf-keras==2.21.*"
 # The stack where TensorFlow Addons still runs (built-in Keras 2.15).
 TFA_STACK := "tensorflow-cpu==2.15.1" "tensorflow-addons==0.23.0"
 PYTEST_FLAGS ?= -n 2 --dist loadgroup
+# KaTeX, which typesets the docs' formulas while mkdocs builds them (docs/hooks/math.py).
+KATEX := docs/hooks/node_modules/.installed
 
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv venv-tfa lint test test-default test-tf215 docs notebooks demo bench clean
+.PHONY: help venv venv-tfa lint test test-default test-tf215 docs screenshots notebooks demo bench clean
 
 help:
 	@echo "make demo   train a model on scikit-learn's digits with this library's optimizers"
 	@echo "make test   lint, tests on both stacks, TFA parity, notebooks, strict docs build"
 	@echo "make bench  benchmarks against the built-in/TFA optimizers, printed as ratios"
+	@echo "make docs   the documentation site, into site/ (make screenshots: PNGs of its main pages)"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,28 +34,40 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 $(VENV_TFA)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_TFA)
 	$(VENV_TFA)/bin/pip install -q --upgrade pip
-	$(VENV_TFA)/bin/pip install -q $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py
+	$(VENV_TFA)/bin/pip install -q $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py \
+		scikit-learn matplotlib nbclient nbformat ipykernel
 	$(VENV_TFA)/bin/pip install -q --no-deps -e .
 	touch $@
 
 venv: $(VENV)/.installed
 venv-tfa: $(VENV_TFA)/.installed
 
+# Needs Node.js and npm; the version is pinned by docs/hooks/package-lock.json.
+$(KATEX): docs/hooks/package.json docs/hooks/package-lock.json
+	npm ci --prefix docs/hooks --no-audit --no-fund --loglevel=error
+	touch $@
+
 lint: venv
 	$(VENV)/bin/ruff check optimizers slots tests benchmarks examples
 
 # Both stacks run the whole suite, except: tests marked `tfa` (live TensorFlow
 # Addons parity) run only on TF 2.15, where TFA imports; tests marked
-# `default_stack_only` (docs, notebooks, demo, TFA-free migration, Keras 3
-# errors) only on the default stack.
-test-default: venv
+# `default_stack_only` (docs, demo, TFA-free migration, Keras 3 errors) only on
+# the default stack. The notebooks run on both.
+test-default: venv $(KATEX)
 	$(PY) -m pytest $(PYTEST_FLAGS) tests optimizers slots -m "not tfa"
 
 test-tf215: venv-tfa
 	$(PY_TFA) -m pytest $(PYTEST_FLAGS) -p no:cacheprovider tests optimizers slots -m "not default_stack_only"
 
-docs: venv
+# Fails on a warning, and (docs/hooks/math.py) on any built page that still shows raw TeX.
+docs: venv $(KATEX)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+# Optional, not part of `make test`: the main pages opened from disk in headless Chromium with no
+# network, as PNGs in site_screenshots/ to look at (Debian: apt-get install chromium).
+screenshots: docs
+	$(PY) docs/screenshots.py site site_screenshots
 
 test: lint docs test-default test-tf215
 	@echo "make test: all checks passed"
@@ -64,4 +79,4 @@ bench: venv venv-tfa
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(VENV_TFA) site demo_output bench_output
+	rm -rf $(VENV) $(VENV_TFA) site demo_output bench_output site_screenshots docs/hooks/node_modules

@@ -26,10 +26,24 @@ _MATH_ROLE = re.compile(r":math:`([^`]+)`")
 _DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*(.*)$")
 _TERM = re.compile(r"^(\s*)``[^`]+``\s*$")
 _SECTION_EXAMPLES = re.compile(r"^\s*Examples?:\s*$")
+_LIST_ITEM = re.compile(r"^(\s*)(?:[*+-]|\d+[.)])\s+\S")
 
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
+
+
+def _block_indent(out: list[str], indent: str) -> str:
+    """The indent a Markdown block needs to stay where an rST block at ``indent`` was.
+
+    rST continues a list item at the item's text column (``* item`` then 2 spaces);
+    Python-Markdown wants 4 spaces past the marker, or the block leaves the list (and
+    ``$$`` there is no longer math)."""
+    for line in reversed(out):
+        if line.strip() and _indent(line) < len(indent):
+            item = _LIST_ITEM.match(line)
+            return item.group(1) + "    " if item else indent
+    return indent
 
 
 def _math_block(indent: str, body: list[str]) -> list[str]:
@@ -61,7 +75,7 @@ def convert(text: str) -> str:
             while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > len(indent)):
                 body.append(lines[i])
                 i += 1
-            out.extend(_math_block(indent, body))
+            out.extend(_math_block(_block_indent(out, indent), body))
             continue
         if _SECTION_EXAMPLES.match(line):
             in_examples = True

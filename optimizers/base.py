@@ -17,6 +17,7 @@ import tensorflow as tf
 from optimizers import config as config_lib
 from optimizers import saving
 from optimizers.keras_compat import (
+    KERAS2_OPTIMIZER,
     KERAS3_HINT,
     OptimizerV2,
     install_loss_scale_hook,
@@ -130,7 +131,7 @@ class OptimizerBase(OptimizerV2):
         return config_lib.attribute_value(self, pname)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__module__}.{type(self).__name__} name={self._name!r}: a Keras 2 (OptimizerV2) optimizer>"
+        return f"<{type(self).__module__}.{type(self).__name__} name={self._name!r}: {KERAS2_OPTIMIZER}>"
 
 
 def _keeps_state(obj: Any) -> bool:

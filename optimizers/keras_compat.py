@@ -44,6 +44,18 @@ KERAS3_HINT = (
     )
 )
 
+# What our optimizers' repr says they are (``<module.Class name='...': {KERAS2_OPTIMIZER}>``).
+# A Keras 3 model compiled with one fails in Keras 3's own code, with
+# "Could not interpret optimizer identifier: <that repr>": the repr is the whole message, so
+# it names the Keras 2 to use and the one line to change.
+KERAS2_OPTIMIZER = (
+    "a Keras 2 (OptimizerV2) optimizer, for tf_keras models: build the model with "
+    "`import tf_keras as keras`, not Keras 3's `import keras`"
+    if TF_VERSION >= (2, 16)
+    else "a Keras 2 (OptimizerV2) optimizer, for tf.keras models: build the model with "
+    "`tf.keras`, not Keras 3's `import keras`"
+)
+
 
 def is_keras3_object(obj: object) -> bool:
     """Whether ``obj`` (a model, layer or variable) belongs to Keras 3."""

@@ -136,6 +136,13 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     """
 
     weight_decay_placement: str = "before"
+    #: How slots are created on the first step, which fixes their order in ``.h5`` files (stored by
+    #: position): ``"slot"`` (every variable's ``m``, then every ``v``: Keras 2's built-ins) or
+    #: ``"variable"`` (all slots of one variable, then the next).
+    slot_order: str = "slot"
+    #: Keep Keras 2's ``decay`` hyperparameter variable (the legacy learning-rate decay) in
+    #: checkpoints, as Keras 2's built-ins do; ``False`` for optimizers whose checkpoints have none.
+    decay_variable: bool = True
 
     def __init__(self, name: str, *, updaters: Mapping[Any, UpdateRule] | None = None,
                  jit_compile: bool = True, weight_decay: Any = None,
@@ -153,6 +160,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
         check_bool("jit_compile", jit_compile)
         check_bool("skip_non_finite", skip_non_finite)
+        if self.slot_order not in ("slot", "variable"):
+            raise ValueError(f"`slot_order` of {cls_name} must be 'slot' or 'variable'. "
+                             f"Received: slot_order={self.slot_order!r}")
         if self.weight_decay_placement not in PLACEMENTS:
             raise ValueError(f"`weight_decay_placement` of {cls_name} must be one of {PLACEMENTS}. "
                              f"Received: weight_decay_placement={self.weight_decay_placement!r}")
@@ -169,7 +179,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         if lr_alias is not None:
             warnings.warn("The `lr` argument is deprecated, use `learning_rate` instead.", stacklevel=2)
         super().__init__(name, **kwargs)
-        self._set_hyper("decay", self._initial_decay)  # a checkpointed variable in Keras 2's built-ins and TFA
+        if self.decay_variable:
+            self._set_hyper("decay", self._initial_decay)  # a checkpointed variable in Keras 2's built-ins
         self._lr_alias = lr_alias
         self._routing = routing
         self.jit_compile = jit_compile
@@ -301,12 +312,14 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self.lock_options()
         var_list = list(var_list)
         own = [v for v in var_list if self._rule_of(v) is self]
-        # Slot-major order (every "m", then every "v"), as Keras 2's built-ins and TFA:
-        # .h5 files store optimizer weights by position.
-        names = list(dict.fromkeys(spec.name for v in own for spec in self._specs_of(self, v)))
-        for name in names:
+        if self.slot_order == "variable":
             for var in own:
-                slots_lib.create_slots(self, var, [s for s in self._specs_of(self, var) if s.name == name])
+                slots_lib.create_slots(self, var, self._specs_of(self, var))
+        else:  # every "m", then every "v": .h5 files store optimizer weights by position
+            names = list(dict.fromkeys(spec.name for v in own for spec in self._specs_of(self, v)))
+            for name in names:
+                for var in own:
+                    slots_lib.create_slots(self, var, [s for s in self._specs_of(self, var) if s.name == name])
         for var in var_list:
             rule = self._rule_of(var)
             if rule is not self:

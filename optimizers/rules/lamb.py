@@ -9,7 +9,6 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_number
-from optimizers.keras_compat import keras
 from optimizers.template import CustomOptimizerV2
 from optimizers.weight_decay import VariableMask
 
@@ -49,11 +48,11 @@ class LAMB(CustomOptimizerV2):
     as its dense equivalent (every row's moments decay, as in TFA).
 
     As in TFA, ``exclude_from_layer_adaptation=None`` (or ``[]``) means "the
-    same as ``exclude_from_weight_decay``", and ``epsilon=0`` means Keras's
-    ``backend.epsilon()`` (``1e-7``): both are kept because configs and
-    scripts written for TFA rely on them. ``decay_var_list`` (given to
-    ``apply_gradients``/``minimize``) chooses the decayed variables; the layer
-    adaptation still follows the exclusion lists.
+    same as ``exclude_from_weight_decay``" (configs and scripts written for TFA
+    rely on it). ``decay_var_list`` (given to ``apply_gradients``/``minimize``)
+    chooses the decayed variables; the layer adaptation still follows the
+    exclusion lists. Fix over TFA: ``epsilon=0`` is used as given (TFA's LAMB
+    raises ``AttributeError`` on it).
 
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule.
@@ -105,8 +104,7 @@ class LAMB(CustomOptimizerV2):
         self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
         self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
         self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
-        self.add_option("epsilon", epsilon or keras.backend.epsilon(),
-                        functools.partial(check_constant, "epsilon", low=0.0))
+        self.add_option("epsilon", epsilon, functools.partial(check_constant, "epsilon", low=0.0))
         self.add_option("exclude_from_layer_adaptation", exclude_from_layer_adaptation or exclude_from_weight_decay,
                         functools.partial(check_patterns, "exclude_from_layer_adaptation"))
 

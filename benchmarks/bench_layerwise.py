@@ -1,0 +1,97 @@
+"""LAMB, NovoGrad, COCOB, ConditionalGradient, ProximalAdagrad: dense step vs tf_keras's fused Adam.
+
+Each of ours (XLA, the default) against tf_keras's legacy ``Adam`` (one fused
+C++ kernel) on the same ~8M float32 parameters (8 variables of 1M). The goals
+come from the memory each step must move, in arrays the size of the
+parameters, times the 1.3 allowed for an XLA rule that moves what Adam moves
+(Adam reads g, theta, m, v and writes theta, m, v: 7):
+
+* LAMB: the trust ratio needs the norms of theta and of the update before
+  theta is written, so two passes: read g, theta, m, v, write m, v, then read
+  m, v, theta and write theta: 10, goal 1.3 x 10/7 = 1.9;
+* NovoGrad: the norm of g, then read g, theta, m, write m, theta: 6, goal 1.1;
+* COCOB: read g, theta and 5 slots, write theta and 5 slots: 13, goal 2.4;
+* ConditionalGradient ("fro"): the norm of g, then read g, theta, write theta:
+  4, goal 0.75; ``"nuclear"`` is bound by one SVD per variable (no goal, on
+  1M parameters: 8 variables of 125 x 1000);
+* ProximalAdagrad: read g, theta, a, write theta, a: 5, goal 0.95.
+
+``python benchmarks/bench_layerwise.py --tfa NAME`` (run by these cases when
+.venv-tf215 exists) times TFA's own optimizer against the fused Adam in the TF
+2.15 environment; ours/TFA is (ours/Adam) / (TFA/Adam).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+from benchmarks.common import Case, compare, dense_problem
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
+
+# name: (constructor arguments, goal, problem size)
+CONFIGS = {
+    "LAMB": (dict(learning_rate=1e-3, weight_decay=1e-4), 1.9, 8_000_000),
+    "NovoGrad": (dict(learning_rate=1e-3, weight_decay=1e-4), 1.1, 8_000_000),
+    "COCOB": (dict(), 2.4, 8_000_000),
+    "ConditionalGradient": (dict(learning_rate=0.99, lambda_=0.1), 0.75, 8_000_000),
+    "ConditionalGradient nuclear": (dict(learning_rate=0.99, lambda_=0.1, ord="nuclear"), float("inf"), 1_000_000),
+    "ProximalAdagrad": (dict(learning_rate=1e-3, l1_regularization_strength=1e-4), 0.95, 8_000_000),
+}
+
+
+def _class_name(name: str) -> str:
+    return name.split()[0]
+
+
+def _ours(name: str):
+    from optimizers.rules.cocob import COCOB
+    from optimizers.rules.conditional_gradient import ConditionalGradient
+    from optimizers.rules.lamb import LAMB
+    from optimizers.rules.novograd import NovoGrad
+    from optimizers.rules.proximal_adagrad import ProximalAdagrad
+
+    classes = {c.__name__: c for c in (LAMB, NovoGrad, COCOB, ConditionalGradient, ProximalAdagrad)}
+    return classes[_class_name(name)](**CONFIGS[name][0])
+
+
+def _label(name: str) -> str:
+    size = CONFIGS[name][2]
+    return f"{size // 1_000_000}M f32"
+
+
+def cases() -> list[Case]:
+    from optimizers import keras
+
+    out = []
+    for name, (_, goal, size) in CONFIGS.items():
+        problem = functools.partial(dense_problem, size)
+        out.append(Case(f"layerwise {name} / fused Adam, {_label(name)}", "tf_keras legacy Adam", goal,
+                        functools.partial(compare, functools.partial(_ours, name),
+                                          lambda: keras.optimizers.legacy.Adam(1e-3), 15, problem)))
+        if os.path.exists(TFA_PYTHON):
+            out.append(Case(f"layerwise TFA {name} / fused Adam, {_label(name)} (TF 2.15)",
+                            "tf.keras 2.15 legacy Adam", float("inf"), functools.partial(tfa_peer, name)))
+    return out
+
+
+def tfa_peer(name: str) -> tuple[float, float]:
+    """TFA's optimizer vs the fused Adam, timed in the TF 2.15 + TFA environment."""
+    result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa", name], capture_output=True, text=True,
+                            cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
+    ours, peer = result.stdout.strip().splitlines()[-1].split()
+    return float(ours), float(peer)
+
+
+if __name__ == "__main__" and "--tfa" in sys.argv:
+    import tensorflow as tf
+    import tensorflow_addons as tfa
+
+    tfa_name = sys.argv[sys.argv.index("--tfa") + 1]
+    tfa_cls = getattr(tfa.optimizers, _class_name(tfa_name))
+    print(*compare(lambda: tfa_cls(**CONFIGS[tfa_name][0]), lambda: tf.keras.optimizers.legacy.Adam(1e-3), 15,
+                   functools.partial(dense_problem, CONFIGS[tfa_name][2])))

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from numbers import Integral
+import functools
+from numbers import Real
 from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_number
+from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["RectifiedAdam"]
+
+
+def check_epsilon(value: Any) -> None:
+    """A Python number > 0 (TFA silently turns 0 into 1e-7), converted to each variable's dtype."""
+    if tf.is_tensor(value):
+        raise TypeError(f"`epsilon` must be a Python float. Received: epsilon={value!r}")
+    check_number("epsilon", value, low=0.0, low_inclusive=False)
 
 
 def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rate: Any, beta_1: Any, beta_2: Any,
@@ -20,16 +28,16 @@ def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rat
     """The arguments RectifiedAdam and AdaBelief share, checked and stored (TFA's names)."""
     learning_rate, weight_decay = (keras.optimizers.schedules.deserialize(v) if isinstance(v, dict) else v
                                    for v in (learning_rate, weight_decay))
-    check_number("epsilon", epsilon, low=0.0, low_inclusive=False)  # TFA silently turns 0 into 1e-7
+    check_epsilon(epsilon)
     check_number("weight_decay", weight_decay, low=0.0)
-    check_number("sma_threshold", sma_threshold, low=-float("inf"))
-    if not isinstance(sma_threshold, (dict, keras.optimizers.schedules.LearningRateSchedule)) and not callable(
-            sma_threshold) and float(sma_threshold) < 4.0:
-        raise ValueError("`sma_threshold` must be >= 4: below 4 the rectification is the square root of a negative "
-                         f"number (TFA's steps turn NaN). Received: sma_threshold={sma_threshold!r}")
-    if not isinstance(amsgrad, bool):
-        raise TypeError(f"`amsgrad` must be a bool. Received: amsgrad={amsgrad!r}")
-    if isinstance(total_steps, bool) or not isinstance(total_steps, Integral) or total_steps < 0:
+    try:
+        check_number("sma_threshold", sma_threshold, low=4.0)
+    except ValueError as error:  # TFA accepts it, then steps with 2 < rho_t < 4 turn NaN
+        raise ValueError(f"{error}. Below 4 the rectification r_t is the square root of a negative number "
+                         "(TFA's weights turn NaN).") from None
+    check_bool("amsgrad", amsgrad)
+    if isinstance(total_steps, bool) or not isinstance(total_steps, Real) or total_steps < 0 or (
+            not float(total_steps).is_integer()):
         raise ValueError(f"`total_steps` must be an integer >= 0. Received: total_steps={total_steps!r}")
     if kwargs.get("scale_weight_decay_by_lr"):
         raise ValueError(f"{type(opt).__name__}'s weight decay is multiplied by the learning rate already. "
@@ -39,21 +47,27 @@ def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rat
     opt.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
     opt.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
     opt.add_hyperparameter("sma_threshold", sma_threshold, low=4.0)
+    opt.add_hyperparameter("total_steps", float(total_steps), low=0.0)  # a checkpointed float, as in TFA
     opt.add_hyperparameter("warmup_proportion", warmup_proportion, low=0.0, high=1.0)
     opt.add_hyperparameter("min_lr", min_lr, low=0.0)
-    opt.epsilon, opt.amsgrad, opt.total_steps = epsilon, amsgrad, int(total_steps)
+    opt.add_option("epsilon", epsilon, check_epsilon)
+    opt.add_option("amsgrad", amsgrad, functools.partial(check_bool, "amsgrad"))
 
 
-def warmup_learning_rate(c: dict, total_steps: int) -> Any:
+def config_value(opt: CustomOptimizerV2, pname: str) -> Any:
+    """Config values as the template reads them, ``total_steps`` an int as in TFA's configs."""
+    value = CustomOptimizerV2._config_value(opt, pname)
+    return int(value) if pname == "total_steps" and isinstance(value, float) and value.is_integer() else value
+
+
+def warmup_learning_rate(c: dict) -> Any:
     """TFA's linear warm-up to ``learning_rate``, then linear decay to ``min_lr`` (none if ``total_steps == 0``)."""
-    lr, step = c["learning_rate"], c["step"]
-    if total_steps <= 0:
-        return lr
-    total = tf.constant(float(total_steps), step.dtype)
+    lr, step, total = c["learning_rate"], c["step"], c["total_steps"]
     warmup = total * c["warmup_proportion"]
     decay_steps = tf.maximum(total - warmup, 1)
     decay_rate = (c["min_lr"] - lr) / decay_steps
-    return tf.where(step <= warmup, lr * (step / warmup), lr + decay_rate * tf.minimum(step - warmup, decay_steps))
+    warm = tf.where(step <= warmup, lr * (step / warmup), lr + decay_rate * tf.minimum(step - warmup, decay_steps))
+    return tf.where(total > 0, warm, lr)
 
 
 class RectifiedAdam(CustomOptimizerV2):
@@ -108,6 +122,7 @@ class RectifiedAdam(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"
+    _config_value = config_value
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  weight_decay: Any = 0.0, amsgrad: bool = False, sma_threshold: Any = 5.0, total_steps: int = 0,
@@ -126,8 +141,8 @@ class RectifiedAdam(CustomOptimizerV2):
         sma_inf = 2.0 / (1.0 - beta_2) - 1.0
         sma_t = sma_inf - 2.0 * step * beta_2_power * c["recip_2"]
         c["r_t"] = tf.sqrt((sma_t - 4.0) / (sma_inf - 4.0) * (sma_t - 2.0) / (sma_inf - 2.0) * sma_inf / sma_t)
-        c["rectified"] = sma_t >= tf.maximum(c["sma_threshold"], 4.0)  # max: a callable threshold, too
-        c["lr_t"] = warmup_learning_rate(c, self.total_steps)
+        c["rectified"] = sma_t >= c["sma_threshold"]  # >= 4, checked at each step when it is a callable
+        c["lr_t"] = warmup_learning_rate(c)
         c["epsilon"] = tf.constant(self.epsilon, dtype)
 
     def _step(self, var, m, v, c):

@@ -22,7 +22,7 @@ from optimizers import config as config_lib
 from optimizers import updaters as updaters_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_bool, check_number, evaluate
-from optimizers.keras_compat import fallback_apply_state, is_plain_resource_variable, variable_key
+from optimizers.keras_compat import create_hypers, fallback_apply_state, is_plain_resource_variable, variable_key
 from optimizers.rule import UpdateRule
 from optimizers.weight_decay import PLACEMENTS, DecoupledWeightDecay, VariableMask
 
@@ -252,14 +252,16 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         rule = self._routing.lookup(var)
         return None if rule is self else rule
 
-    def decays(self, var: tf.Variable) -> bool:
-        """Whether this optimizer's weight decay applies to ``var``."""
-        return self._weight_decay is not None and self._weight_decay.applies_to(var, self._decay_var_mask)
+    def decays(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> bool:
+        """Whether this optimizer's weight decay applies to ``var`` (``decay_var_list``, or the one
+        given to the current ``apply_gradients``, decides alone when given)."""
+        mask = decay_var_list if decay_var_list is not None else self._decay_var_mask
+        return self._weight_decay is not None and self._weight_decay.applies_to(var, mask)
 
-    def options_for(self, var: tf.Variable) -> dict[str, Any]:
+    def options_for(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> dict[str, Any]:
         options = super().options_for(var)
         if self._weight_decay is not None:
-            options["decayed"] = self.decays(var)
+            options["decayed"] = self.decays(var, decay_var_list)
         return options
 
     def apply_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
@@ -283,6 +285,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         specs = self._var_specs.get(key)
         if specs is None:
             rule.lock_options()
+            if isinstance(rule, CustomOptimizerV2) and rule is not self:
+                create_hypers(rule)  # its hyperparameters become variables: later assignments take effect
             specs = self._var_specs[key] = slots_lib.as_slot_specs(rule.slot_specs(var))
         return specs
 
@@ -304,7 +308,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                     coefficients = rule.step_coefficients(dtype, self.iterations)
                 if apply_state is not None:
                     apply_state[key] = coefficients
-        options = rule.options_for(var)
+        # A routed template optimizer decays as the host's decay_var_list says, when one is given.
+        options = (rule.options_for(var, self._decay_var_mask) if isinstance(rule, CustomOptimizerV2)
+                   else rule.options_for(var))
         return rule, var_slots, ({**coefficients, **options} if options else coefficients), options
 
     # ------------------------------------------------- OptimizerV2's private hooks

@@ -243,3 +243,25 @@ def test_skip_non_finite_leaves_everything_unchanged_and_counts(mode, wrapped):
     step(good)
     assert int(opt.iterations) == 2 and int(inner.skipped_steps) == 1
     assert optimizers.AdamW.from_config(inner.get_config()).skip_non_finite
+
+
+def test_routed_optimizer_hyperparameters_set_later_take_effect_in_tf_function():
+    b = tf.Variable([0.0], name="b")
+    rule = SGD(1.0)
+    host = SGD(0.0, updaters={"b": rule})
+
+    @tf.function
+    def step():
+        host.apply_gradients([(tf.constant([1.0]), b)])
+
+    step()
+    rule.learning_rate = 0.5
+    step()
+    assert b.numpy().tolist() == [-1.5]
+
+
+def test_routed_optimizer_follows_the_hosts_decay_var_list():
+    routed, kernel = tf.Variable([1.0], name="routed"), tf.Variable([1.0], name="kernel")
+    host = SGD(0.0, weight_decay=0.5, updaters={"routed": optimizers.AdamW(weight_decay=0.5, learning_rate=0.0)})
+    host.apply_gradients([(tf.constant([1.0]), routed), (tf.constant([1.0]), kernel)], decay_var_list=[kernel])
+    assert (routed.numpy().tolist(), kernel.numpy().tolist()) == ([1.0], [0.5])

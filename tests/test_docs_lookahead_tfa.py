@@ -1,13 +1,17 @@
-"""The Lookahead written in docs/writing-a-wrapper.md vs TensorFlow Addons' Lookahead, live.
+"""The shipped Lookahead (the class docs/writing-a-wrapper.md teaches) vs TensorFlow Addons' Lookahead, live.
 
-The class is read from the page (its ```` ```python ```` block that defines
-``class Lookahead``) and executed, so the page's code is what is tested. Runs in
-the TF 2.15 + TFA 0.23 environment (``make test-tf215``): step by step, dense
-and sparse gradients (a repeated index), float32 and float64, ``sync_period``
-1 and 3 over steps that cross several synchronizations, around the built-in
-Adam and around this library's SGD with momentum. With ``jit_compile=False``
-weights and slow weights equal TFA's bit for bit; with XLA (the default) they
-agree to a per-dtype tolerance.
+One implementation: ``optimizers/wrappers/lookahead.py``. The page shows the
+class verbatim; :func:`test_the_page_shows_the_shipped_class` (both stacks)
+checks that the page's ```` ```python ```` block defining ``class Lookahead``
+holds the module's code (its functions and class), character for character, so what the page
+teaches is what is tested here and shipped.
+
+The parity tests (marked ``tfa``) run in the TF 2.15 + TFA 0.23 environment
+(``make test-tf215``): step by step, dense and sparse gradients (a repeated
+index), float32 and float64, ``sync_period`` 1 and 3 over steps that cross
+several synchronizations, around the built-in Adam and around this library's
+SGD with momentum. With ``jit_compile=False`` weights and slow weights equal
+TFA's bit for bit; with XLA (the default) they agree to a per-dtype tolerance.
 
 TFA's Lookahead calls the inner optimizer's private ``_resource_apply_dense(grad,
 var)`` without ``apply_state``, which ``CustomOptimizerV2``'s hook requires, so
@@ -15,8 +19,7 @@ TFA cannot wrap ``optimizers.SGD``: its peer there is TFA's Lookahead around the
 built-in ``SGD`` with the same arguments (``optimizers.SGD`` has Keras 2's numbers).
 """
 
-import functools
-import linecache
+import inspect
 import os
 import re
 import textwrap
@@ -26,33 +29,37 @@ import pytest
 import tensorflow as tf
 
 import optimizers
+from optimizers.wrappers import lookahead as lookahead_module
+from optimizers.wrappers.lookahead import Lookahead
 
 from conftest import HAS_TFA, TOLERANCE, keras
 
 if HAS_TFA:
     import tensorflow_addons as tfa
 
-pytestmark = pytest.mark.tfa
+tfa_parity = pytest.mark.tfa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "writing-a-wrapper.md")
 BLOCK = re.compile(r"^( *)```python[^\n]*\n(.*?)^\1```", re.S | re.M)  # the fences tests/test_docs.py runs
 
 
-@functools.cache
-def lookahead_class():
-    """``Lookahead`` from the page's code block (executed once per process: the class registers itself)."""
+def test_the_page_shows_the_shipped_class():
     with open(PAGE) as f:
         blocks = [textwrap.dedent(code) for _, code in BLOCK.findall(f.read())]
     sources = [code for code in blocks if re.search(r"^class Lookahead\(", code, re.M)]
     assert len(sources) == 1, "docs/writing-a-wrapper.md must define `class Lookahead` in one python block"
-    source = sources[0]
-    filename = "docs/writing-a-wrapper.md (class Lookahead)"
-    # Registered in linecache so that inspect (and autograph) can read the methods' source.
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": "docs_writing_a_wrapper"}
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace["Lookahead"]
+    first_definition = re.compile(r"^(def|class) ", re.M)
+    on_page = sources[0][first_definition.search(sources[0]).start():]
+    with open(inspect.getsourcefile(lookahead_module)) as f:
+        module = f.read()
+    shipped = module[first_definition.search(module).start():]
+    assert on_page.rstrip() == shipped.rstrip(), "the page's code differs from optimizers/wrappers/lookahead.py"
+    # What the page runs before the definitions provides the names they use.
+    namespace: dict = {"__name__": "docs_example_check"}
+    exec(compile(sources[0][:len(sources[0]) - len(on_page)], "page imports", "exec"), namespace)
+    for name in ("numbers", "tf", "OptimizerWrapper", "SlotSpec"):
+        assert name in namespace, f"the page's block must import {name} before the class"
 
 
 # inner optimizer: (ours, TFA's peer), each a function of jit_compile (used by template optimizers only)
@@ -99,7 +106,7 @@ def _trajectory(opt, sparse, dtype, in_function=False):
 def _both(inner, sync_period, jit_compile, sparse, dtype, in_function=False, slow_step_size=0.5):
     ours_inner, tfa_inner = INNER[inner]
     kwargs = {} if jit_compile is None else {"jit_compile": jit_compile}
-    ours = lookahead_class()(ours_inner(jit_compile is not False), sync_period=sync_period,
+    ours = Lookahead(ours_inner(jit_compile is not False), sync_period=sync_period,
                              slow_step_size=slow_step_size, **kwargs)
     theirs = tfa.optimizers.Lookahead(tfa_inner(), sync_period=sync_period, slow_step_size=slow_step_size)
     return (_trajectory(ours, sparse, dtype, in_function), _trajectory(theirs, sparse, dtype, in_function))
@@ -109,6 +116,7 @@ def _names(step):
     return [f"step {step + 1}: {name}" for name in ("kernel", "bias", "slow kernel", "slow bias")]
 
 
+@tfa_parity
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("sync_period", [1, 3])
@@ -125,6 +133,7 @@ def test_equals_tfa_bit_for_bit_without_xla(inner, sync_period, sparse, dtype):
         assert not np.array_equal(ours[0][0], ours[0][2])
 
 
+@tfa_parity
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("sync_period", [1, 3])
@@ -136,6 +145,7 @@ def test_equals_tfa_with_default_xla(inner, sync_period, sparse, dtype):
             np.testing.assert_allclose(x, y, err_msg=name, **TOLERANCE[dtype])
 
 
+@tfa_parity
 @pytest.mark.parametrize("jit_compile", [False, None], ids=["plain", "xla"])
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_equals_tfa_in_tf_function(sparse, jit_compile):
@@ -158,9 +168,10 @@ def _fit(opt, epochs=2):
     return model
 
 
+@tfa_parity
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["plain", "xla"])
 def test_model_fit_equals_tfa(jit_compile):
-    ours = _fit(lookahead_class()(keras.optimizers.legacy.Adam(1e-2), sync_period=5, jit_compile=jit_compile))
+    ours = _fit(Lookahead(keras.optimizers.legacy.Adam(1e-2), sync_period=5, jit_compile=jit_compile))
     theirs = _fit(tfa.optimizers.Lookahead(keras.optimizers.legacy.Adam(1e-2), sync_period=5))
     for a, b in zip(ours.get_weights(), theirs.get_weights()):
         if jit_compile:
@@ -169,8 +180,20 @@ def test_model_fit_equals_tfa(jit_compile):
             np.testing.assert_array_equal(a, b)
 
 
-def test_tfa_checkpoint_and_config_restore_into_the_docs_lookahead(tmp_path):
-    Lookahead = lookahead_class()
+@tfa_parity
+def test_every_tfa_config_key_is_present_and_tfa_configs_load():
+    theirs = tfa.optimizers.Lookahead(keras.optimizers.legacy.Adam(0.01, beta_1=0.8), sync_period=4, slow_step_size=0.25)
+    ours = Lookahead(keras.optimizers.legacy.Adam(0.01, beta_1=0.8), sync_period=4, slow_step_size=0.25)
+    assert set(theirs.get_config()) <= set(ours.get_config())
+    loaded = Lookahead.from_config(theirs.get_config())
+    assert loaded.get_config() == ours.get_config()
+    assert list(inspect.signature(Lookahead).parameters) == list(inspect.signature(tfa.optimizers.Lookahead).parameters)
+    for name, param in inspect.signature(tfa.optimizers.Lookahead).parameters.items():
+        assert inspect.signature(Lookahead).parameters[name].default == param.default, name
+
+
+@tfa_parity
+def test_tfa_checkpoint_and_config_restore_into_the_shipped_lookahead(tmp_path):
     grads = _gradients(False, tf.float32, steps=8)
     theirs_var = tf.Variable(np.ones(SHAPE, "float32"))
     theirs = tfa.optimizers.Lookahead(keras.optimizers.legacy.Adam(0.1), sync_period=3, slow_step_size=0.3)
@@ -195,4 +218,4 @@ def test_tfa_checkpoint_and_config_restore_into_the_docs_lookahead(tmp_path):
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "6"])
 def test_bad_sync_period_is_refused(bad):
     with pytest.raises(ValueError, match="sync_period"):
-        lookahead_class()(keras.optimizers.legacy.SGD(0.1), sync_period=bad)
+        Lookahead(keras.optimizers.legacy.SGD(0.1), sync_period=bad)

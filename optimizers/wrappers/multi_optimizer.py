@@ -1,0 +1,243 @@
+r"""``MultiOptimizer``: a different optimizer for each group of layers.
+
+The drop-in successor of TensorFlow Addons' ``MultiOptimizer``, built on
+variable routing (``optimizers/updaters.py``): one host optimizer takes one
+step, in which each layer's variables follow the rule of the optimizer paired
+with the layer. So the optimizers must be rules: written on
+:class:`~optimizers.CustomOptimizerV2` (``optimizers.Adam``...) or variable
+updaters (``optimizers.Frozen()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from optimizers import config as config_lib
+from optimizers.keras_compat import (
+    KERAS3_HINT,
+    OptimizerV2,
+    create_hypers,
+    distributed_container,
+    is_keras3_object,
+    keras,
+)
+from optimizers.rule import REDUCTIONS, UpdateRule
+from optimizers.template import CustomOptimizerV2
+from optimizers.updaters import VariableUpdater, get_updater
+from optimizers.wrappers.base import OptimizerWrapper
+
+__all__ = ["MultiOptimizer"]
+
+_REFUSED = ("clipnorm", "clipvalue", "global_clipnorm", "updaters", "lr", "decay")  # each optimizer has its own
+
+
+def _as_rule(optimizer: Any, where: str, from_config: bool) -> UpdateRule:
+    """``optimizer`` if it can be a rule. From a config (TFA's included), a built-in Keras 2
+    optimizer becomes this library's class of the same name, which has its numbers."""
+    if isinstance(optimizer, dict):
+        cls = keras.utils.get_registered_object(optimizer.get("class_name", ""))
+        if isinstance(cls, type) and issubclass(cls, VariableUpdater):
+            optimizer = config_lib.deserialize_object(optimizer, UpdateRule, "variable updater")
+        else:
+            optimizer = config_lib.deserialize_optimizer(optimizer)
+    import optimizers as package  # the public classes (imported here: this module is part of the package)
+
+    keras_optimizer = hasattr(optimizer, "apply_gradients") and not isinstance(optimizer, (UpdateRule, OptimizerWrapper))
+    same_name = getattr(package, type(optimizer).__name__, None) if keras_optimizer else None
+    if not (isinstance(same_name, type) and issubclass(same_name, CustomOptimizerV2)):
+        same_name = None
+    if from_config and same_name is not None and isinstance(optimizer, OptimizerV2):
+        return same_name.from_config(optimizer.get_config())
+    if isinstance(optimizer, OptimizerWrapper):
+        problem = "is a wrapper, which acts on whole steps: wrap the MultiOptimizer instead, e.g. Lookahead(...)"
+    elif is_keras3_object(optimizer):
+        problem = "is a Keras 3 optimizer. " + KERAS3_HINT
+    elif same_name is not None:
+        problem = (f"is a built-in Keras optimizer; MultiOptimizer routes each layer's weights to a rule written on "
+                   f"CustomOptimizerV2: use optimizers.{same_name.__name__} (the same numbers, the same arguments)")
+    elif keras_optimizer:
+        problem = ("is a built-in Keras optimizer with no equivalent written on CustomOptimizerV2 here; "
+                   "MultiOptimizer routes each layer's weights to such rules (optimizers.Adam, optimizers.SGD...)")
+    elif not isinstance(optimizer, UpdateRule):
+        problem = "must be an optimizer written on CustomOptimizerV2 or a VariableUpdater"
+    else:
+        problem = None
+    if problem is not None:
+        raise TypeError(f"{where} {problem}. Received: {where}={optimizer!r}")
+    if optimizer.reduction not in REDUCTIONS or list(getattr(optimizer, "gradient_transformers", None) or []):
+        raise ValueError(f"{where} must have a `reduction` in {REDUCTIONS} and no `gradient_transformers`. "
+                         f"Received: {where}={optimizer!r}")
+    return optimizer
+
+
+def _weight_names(layers: Any, where: str) -> list[str]:
+    layers = list(layers) if isinstance(layers, (list, tuple)) else [layers]
+    for layer in layers:
+        if is_keras3_object(layer) or not hasattr(layer, "weights"):
+            raise TypeError(f"{where} must be a Keras 2 layer or model, or a list of them. {KERAS3_HINT} "
+                            f"Received: {where}={layer!r}")
+    names = [var.name for layer in layers for var in layer.weights]
+    if not names:
+        raise ValueError(f"{where} has no weights yet: build the model before creating the MultiOptimizer. "
+                         f"Received: {where}={layers!r}")
+    return names
+
+
+def _pairs(optimizers_and_layers: Any, optimizer_specs: Any) -> list[dict[str, Any]]:
+    """``[{"optimizer": rule, "weights": [names]}]`` from either argument, checked."""
+    argument, given = (("optimizers_and_layers", optimizers_and_layers) if optimizer_specs is None
+                       else ("optimizer_specs", optimizer_specs))
+    if not isinstance(given, (list, tuple)) or not given:
+        raise TypeError(f"`{argument}` must be a non-empty list. Received: {argument}={given!r}")
+    pairs, owner = [], {}
+    for i, item in enumerate(given):
+        where = f"{argument}[{i}]"
+        if argument == "optimizers_and_layers":
+            if not isinstance(item, (list, tuple)) or len(item) != 2:
+                raise TypeError(f"{where} must be an (optimizer, layers) pair. Received: {where}={item!r}")
+            rule, names = _as_rule(item[0], where + "[0]", False), _weight_names(item[1], where + "[1]")
+        else:
+            if not isinstance(item, dict) or not {"optimizer", "weights"} <= set(item):
+                raise TypeError(f"{where} must be a dict with keys 'optimizer' and 'weights'. Received: {item!r}")
+            rule, names = _as_rule(item["optimizer"], where + "['optimizer']", True), list(item["weights"])
+        for name in names:
+            if owner.setdefault(name, i) != i:
+                raise ValueError(f"Weight {name!r} is in pairs {owner[name]} and {i}: each weight takes one "
+                                 f"optimizer. Received: {where}={item!r}")
+        pairs.append({"optimizer": rule, "weights": names})
+    return pairs
+
+
+def _clip(optimizer: Any, grads: list) -> list:
+    """``optimizer``'s own clipping, as its step alone would apply it (Keras 2's order)."""
+    clipvalue, clipnorm, global_clipnorm = (getattr(optimizer, key, None) for key in ("clipvalue", "clipnorm",
+                                                                                     "global_clipnorm"))
+    if clipvalue is not None:
+        grads = [tf.clip_by_value(g, -clipvalue, clipvalue) for g in grads]
+    if clipnorm is not None:
+        grads = [tf.clip_by_norm(g, clipnorm) for g in grads]
+    if global_clipnorm is not None:
+        grads, _ = tf.clip_by_global_norm(grads, global_clipnorm)
+    return list(grads)
+
+
+class MultiOptimizer(CustomOptimizerV2):
+    r"""Train each group of layers with its own optimizer (discriminative layer training).
+
+    For each pair ``(optimizer, layers)``, every weight :math:`\theta` of
+    ``layers`` moves as ``optimizer`` alone would move it, with its own
+    hyperparameters, schedules, weight decay and clipping:
+
+    .. math::
+
+        \theta \leftarrow \mathrm{step}_{o(\theta)}(\theta, g_\theta)
+
+    where :math:`o(\theta)` is the optimizer paired with :math:`\theta`'s
+    layer. Uses: smaller learning rates for pretrained layers (Howard & Ruder,
+    arXiv:1801.06146; Jin et al., arXiv:1607.05440). One step of one host
+    optimizer does it all: one ``iterations`` (schedules are evaluated at it),
+    one all-reduce, slots kept on the host as ``"<optimizer name>/<slot>"``.
+    Weights in no pair are not changed (as in TFA); a variable's own updater
+    (``set_updater``, ``overwrite_with_gradient``) wins over its layer's pair.
+
+    TensorFlow Addons' ``MultiOptimizer(optimizers_and_layers=None,
+    optimizer_specs=None, name="MultiOptimizer")``, same config
+    (``optimizer_specs``: each optimizer and its weights' names). Differences:
+    the optimizers are rules (a built-in Keras optimizer is refused with the
+    name of its equivalent here; in a config, TFA's included, it becomes that
+    equivalent); a weight in two pairs is refused (TFA applied both); the
+    whole state is checkpointed (TFA's kept no slots); host ``clipnorm``... and
+    ``decay_var_list`` are refused (TFA ignored them).
+
+    Args:
+        optimizers_and_layers: ``[(optimizer, layer or model or list of layers), ...]``.
+        optimizer_specs: The same as ``[{"optimizer": ..., "weights": [names]}]``
+            (what ``get_config`` writes). Give exactly one of the two.
+        name: Defaults to ``"MultiOptimizer"``.
+        **kwargs: ``jit_compile`` (default ``True``).
+
+    Example, a slow first layer:
+
+    >>> import optimizers
+    >>> keras = optimizers.keras
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+    >>> opt = MultiOptimizer([(optimizers.Adam(1e-4), model.layers[0]), (optimizers.Adam(1e-2), model.layers[1:])])
+    >>> model.compile(opt, loss="mse")
+    >>> [len(spec["weights"]) for spec in opt.optimizer_specs]
+    [2, 2]
+    """
+
+    reduction = "none"  # weights in no pair: unchanged, their gradients never communicated
+    weight_decay_placement = "none"
+
+    def __init__(self, optimizers_and_layers: Any = None, optimizer_specs: Any = None, name: str = "MultiOptimizer",
+                 **kwargs: Any) -> None:
+        refused = {k: v for k, v in kwargs.items() if k in _REFUSED and v is not None and (k != "decay" or v)}
+        if refused:
+            raise ValueError(f"MultiOptimizer takes no {', '.join(refused)}: set them on each pair's optimizer. "
+                             f"Received: {refused}")
+        super().__init__(name, **kwargs)
+        if (optimizers_and_layers is None) == (optimizer_specs is None):
+            raise ValueError("Give exactly one of `optimizers_and_layers` and `optimizer_specs`. Received: "
+                             f"optimizers_and_layers={optimizers_and_layers!r}, optimizer_specs={optimizer_specs!r}")
+        self._pairs = _pairs(optimizers_and_layers, optimizer_specs)
+        self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs for name in pair["weights"]}
+
+    @property
+    def optimizer_specs(self) -> list[dict[str, Any]]:
+        """``[{"optimizer": rule, "weights": [variable names]}]``, as in TFA."""
+        return [dict(pair) for pair in self._pairs]
+
+    def updater_for(self, var: tf.Variable) -> UpdateRule | None:
+        own = get_updater(var)
+        if own is not None:
+            return own
+        rule = self._rule_by_name.get(distributed_container(var).name)
+        return (rule.updater_for(var) or rule) if isinstance(rule, CustomOptimizerV2) else rule
+
+    def _create_all_weights(self, var_list: Any) -> None:
+        # Each optimizer's hyperparameters become variables, as its own step would make them: setting one
+        # (``optimizer_specs[0]["optimizer"].learning_rate = 1e-4``) then changes traced steps too.
+        for pair in self._pairs:
+            if isinstance(pair["optimizer"], CustomOptimizerV2):
+                create_hypers(pair["optimizer"])
+        super()._create_all_weights(var_list)
+
+    def update_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
+        return tf.no_op()  # only weights in no pair follow the host's rule
+
+    def update_sparse(self, grad: Any, var: tf.Variable, indices: Any, slots: dict, coefficients: dict) -> Any:
+        return tf.no_op()
+
+    def apply_gradients(self, grads_and_vars: Any, name: str | None = None,
+                        experimental_aggregate_gradients: bool = True, *, decay_var_list: Any = None) -> Any:
+        if decay_var_list is not None:
+            raise ValueError("MultiOptimizer takes no `decay_var_list`: give each optimizer its own "
+                             f"`exclude_from_weight_decay`. Received: decay_var_list={decay_var_list!r}")
+        return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
+
+    def _transform_gradients(self, grads_and_vars: Any) -> list:
+        """Each pair's optimizer clips its own weights' gradients (after aggregation, as alone)."""
+        out, groups = list(grads_and_vars), {}
+        for i, (_, var) in enumerate(out):
+            rule = None if get_updater(var) else self._rule_by_name.get(distributed_container(var).name)
+            if rule is not None:
+                groups.setdefault(id(rule), (rule, []))[1].append(i)
+        for rule, positions in groups.values():
+            for i, grad in zip(positions, _clip(rule, [out[i][0] for i in positions])):
+                out[i] = (grad, out[i][1])
+        return out
+
+    def _config_value(self, pname: str) -> Any:
+        if pname == "optimizer_specs":
+            return [{"optimizer": config_lib.serialize_object(p["optimizer"]) if isinstance(p["optimizer"], VariableUpdater)
+                     else config_lib.serialize_optimizer(p["optimizer"]), "weights": list(p["weights"])}
+                    for p in self._pairs]
+        return None if pname == "optimizers_and_layers" else super()._config_value(pname)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        del config["optimizers_and_layers"]  # the layers are in `optimizer_specs`, by weight name
+        return config

@@ -108,3 +108,210 @@ def moving_average(average, param, decay):
     decay = np.asarray(decay).astype(average.dtype)
     one = np.asarray(1).astype(average.dtype)
     return average - (average - param) * (one - decay)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole-optimizer references for the conformance suite (tests/integration/test_conformance.py).
+#
+# A rule below is one variable's update, ``step(param, grad, rows, slots, iterations, dtype)
+# -> (param, slots)`` computed in float64: ``grad`` is dense (a sparse gradient densified,
+# repeated rows summed) and ``rows`` holds the unique touched rows of a sparse step (``None``
+# for a dense one). Hyperparameters reach the step as the library computes them: a float32
+# value (Keras 2 keeps them in float32 variables; Python floats become float32 tensors) cast to
+# the variable's dtype, which :func:`as_hyper` reproduces. :class:`Optimizer` composes rules
+# the way the library does: a host rule, ``updaters`` routed by regex on the variable's name,
+# and an optional moving average around the whole step.
+
+
+def as_hyper(value, dtype):
+    """``value`` as a step sees it: rounded to float32, then to the variable's ``dtype``."""
+    return float(np.asarray(np.float32(value)).astype(dtype))
+
+
+def in_dtype(value, dtype):
+    """``value`` converted straight to ``dtype`` (Adam's ``epsilon``: ``tf.constant(eps, dtype)``)."""
+    return float(np.asarray(value).astype(dtype))
+
+
+class ExponentialDecay:
+    """Keras's ``ExponentialDecay`` as the library evaluates it: at ``iterations`` (steps taken
+    before this one), in float32. Keep ``decay_rate ** exponent`` exact in float32 (for example
+    ``decay_rate=0.5`` with ``staircase=True``) for float64 comparisons at 1e-12."""
+
+    def __init__(self, initial_learning_rate, decay_steps, decay_rate, staircase=False):
+        self.initial, self.decay_steps, self.rate, self.staircase = (
+            initial_learning_rate, decay_steps, decay_rate, staircase)
+
+    def __call__(self, iterations):
+        f32 = np.float32
+        p = f32(iterations) / f32(self.decay_steps)
+        if self.staircase:
+            p = np.floor(p)
+        return f32(f32(self.initial) * np.power(f32(self.rate), f32(p)))
+
+
+def _value_at(value, iterations):
+    return value(iterations) if callable(value) else value
+
+
+def decay_factor(weight_decay, lr, scale_by_lr):
+    """The decoupled weight decay's factor: ``weight_decay`` or ``lr * weight_decay``."""
+    return weight_decay * lr if scale_by_lr else weight_decay
+
+
+class SGDRule:
+    """Keras 2's SGD (momentum, Nesterov), optionally with decoupled weight decay (SGDW). No slot
+    with ``momentum=0``; a sparse step touches only its rows, velocity and decay included."""
+
+    def __init__(self, learning_rate, momentum=0.0, nesterov=False, weight_decay=None, scale_by_lr=False,
+                 name="SGD"):
+        self.lr, self.momentum, self.nesterov = learning_rate, momentum, nesterov
+        self.weight_decay, self.scale_by_lr, self.name = weight_decay, scale_by_lr, name
+
+    def initial_slots(self, param, dtype):
+        return {"momentum": np.zeros_like(param)} if self.momentum > 0 else {}
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        lr = as_hyper(_value_at(self.lr, iterations), dtype)
+        if self.weight_decay is not None:
+            wd = as_hyper(self.weight_decay, dtype)
+            param = decay(param, decay_factor(wd, lr, self.scale_by_lr), rows)
+        if not self.momentum > 0:
+            return param - lr * grad, {}  # untouched rows have a zero gradient: rows only, as promised
+        hyper = dict(lr=lr, momentum=as_hyper(self.momentum, dtype), nesterov=self.nesterov)
+        if rows is not None:
+            return on_rows(sgd, rows, param, grad, slots, **hyper)
+        return sgd(param, grad, slots, **hyper)
+
+
+class AdamRule:
+    """Keras 2's Adam (AMSGrad, TFA's lazy sparse rule), optionally with decoupled weight decay (AdamW)."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False, lazy=False,
+                 weight_decay=None, scale_by_lr=False, name="Adam"):
+        self.lr, self.beta_1, self.beta_2, self.epsilon = learning_rate, beta_1, beta_2, epsilon
+        self.amsgrad, self.lazy, self.name = amsgrad, lazy, name
+        self.weight_decay, self.scale_by_lr = weight_decay, scale_by_lr
+
+    def initial_slots(self, param, dtype):
+        names = ["m", "v", "vhat"] if self.amsgrad else ["m", "v"]
+        return {name: np.zeros_like(param) for name in names}
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        lr = as_hyper(_value_at(self.lr, iterations), dtype)
+        if self.weight_decay is not None:
+            wd = as_hyper(self.weight_decay, dtype)
+            param = decay(param, decay_factor(wd, lr, self.scale_by_lr), rows)
+        hyper = dict(lr=lr, beta_1=as_hyper(self.beta_1, dtype), beta_2=as_hyper(self.beta_2, dtype),
+                     epsilon=in_dtype(self.epsilon, dtype), amsgrad=self.amsgrad, step=iterations + 1)
+        if self.lazy and rows is not None:
+            return on_rows(adam, rows, param, grad, slots, **hyper)
+        return adam(param, grad, slots, **hyper)
+
+
+def rowwise_adagrad(param, grad, slots, lr, initial_accumulator_value=0.1, epsilon=1e-7):
+    """One accumulator per row: ``a_i += mean(g_i ** 2)``, ``w_i -= lr g_i / (sqrt(a_i) + eps)``.
+    A row with a zero gradient keeps its accumulator and weights, so a sparse step is this rule
+    on the densified gradient."""
+    rows = param.shape[0]
+    acc = slots.get("accumulator", np.full((rows, 1), initial_accumulator_value))
+    g2 = grad.reshape(rows, -1)
+    acc = acc + np.mean(g2 * g2, axis=1, keepdims=True)
+    return param - (lr * g2 / (np.sqrt(acc) + epsilon)).reshape(param.shape), {"accumulator": acc}
+
+
+class RowwiseAdagradRule:
+    def __init__(self, learning_rate=0.01, initial_accumulator_value=0.1, epsilon=1e-7, name="RowwiseAdagrad"):
+        self.lr, self.initial, self.epsilon, self.name = learning_rate, initial_accumulator_value, epsilon, name
+
+    def initial_slots(self, param, dtype):
+        return {"accumulator": np.full((param.shape[0], 1), as_hyper(self.initial, dtype))}
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        return rowwise_adagrad(param, grad, slots, lr=as_hyper(_value_at(self.lr, iterations), dtype),
+                               epsilon=as_hyper(self.epsilon, dtype))
+
+
+def overwrite(param, grad, rows=None):
+    """The variable takes its gradient's value; a sparse step only on its (summed) rows."""
+    if rows is None:
+        return grad.copy()
+    param = param.copy()
+    rows = np.unique(rows)
+    param[rows] = grad[rows]
+    return param
+
+
+class OverwriteRule:
+    name = "OverwriteWithGradient"
+
+    def initial_slots(self, param, dtype):
+        return {}
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        return overwrite(param, grad, rows), {}
+
+
+class FrozenRule:
+    name = "Frozen"
+
+    def initial_slots(self, param, dtype):
+        return {}
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        return param, {}
+
+
+class Optimizer:
+    """A whole optimizer: the host ``rule``; ``updaters`` ``{regex: rule}`` searched in variable
+    names (those variables follow that rule instead, with its slots named ``"<rule.name>/<slot>"``,
+    no decay, no average); ``average``: keyword arguments of :func:`moving_average_decay` for a
+    moving average of the host's variables (``None`` for none).
+
+    :meth:`run` gives, after each step, ``{(name,): param, (name, owner, slot): value}`` where
+    ``owner`` is ``"optimizer"`` (the host, or the wrapped optimizer) or ``"wrapper"``.
+    """
+
+    def __init__(self, rule, updaters=None, average=None):
+        self.rule, self.updaters, self.average = rule, dict(updaters or {}), average
+
+    def rule_for(self, name):
+        import re
+
+        matches = [rule for pattern, rule in self.updaters.items() if re.search(pattern, name)]
+        return (matches[0], matches[0].name + "/") if matches else (self.rule, "")
+
+    def run(self, params, grads_per_step):
+        """``params``: ``{name: initial value}`` (its dtype is the variable's); ``grads_per_step``:
+        a list of ``{name: dense array or (values, indices)}``."""
+        dtypes = {name: np.asarray(value).dtype for name, value in params.items()}
+        params = {name: np.asarray(value, np.float64) for name, value in params.items()}
+        slots = {name: self.rule_for(name)[0].initial_slots(p, dtypes[name]) for name, p in params.items()}
+        averages = {}
+        if self.average is not None:
+            averages = {name: p.copy() for name, p in params.items() if self.rule_for(name)[0] is self.rule}
+        out = []
+        for iterations, grads in enumerate(grads_per_step):
+            for name, grad in grads.items():
+                rule = self.rule_for(name)[0]
+                rows = None
+                if isinstance(grad, tuple):
+                    values, rows = grad
+                    grad = densify(np.asarray(values, np.float64), rows, params[name].shape)
+                    rows = np.unique(rows)
+                params[name], new_slots = rule.step(params[name], np.asarray(grad, np.float64), rows,
+                                                    slots[name], iterations, dtypes[name])
+                slots[name] = {k: new_slots[k] for k in slots[name]}  # the slots the variable has
+            for name in averages:
+                d = float(np.float32(moving_average_decay(iterations, **self.average)).astype(dtypes[name]))
+                averages[name] = averages[name] - (averages[name] - params[name]) * (1 - d)
+            state = {}
+            for name in params:
+                state[(name,)] = params[name].copy()
+                prefix = self.rule_for(name)[1]
+                for slot, value in slots[name].items():
+                    state[(name, "optimizer", prefix + slot)] = value.copy()
+                if name in averages:
+                    state[(name, "wrapper", "average")] = averages[name].copy()
+            out.append(state)
+        return out

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import optimizers  # noqa: E402
-from integration.optimizers_under_test import BATCH, OPTIMIZERS, data, model, train_step  # noqa: E402
+from integration.optimizers_under_test import BATCH, OPTIMIZERS, case_model, data, train_step  # noqa: E402
 from optimizers import SGD  # noqa: E402
 
 STEPS = 3
@@ -29,7 +29,7 @@ def main(out):
     results = {}
     for case in OPTIMIZERS:
         with strategy.scope():
-            net, opt = model(seed=2), case.make()
+            net, opt = case_model(case, seed=2), case.make()
         step = train_step(net, opt)
 
         @tf.function

@@ -1,9 +1,14 @@
 """The one table of optimizers the integration suite runs over (optax's
-``_OPTIMIZERS_UNDER_TEST``): adding an optimizer is one line here.
+``_OPTIMIZERS_UNDER_TEST``): adding an optimizer is one entry here.
 
-Each entry builds a fresh optimizer. Also here: the tiny model and data every
-test trains (an embedding, so sparse gradients take part, then a dense layer),
-and a custom training step, shared by the tests and the worker scripts.
+Each entry builds a fresh optimizer (``make(jit_compile=...)``: the library's
+own XLA switch, passed to every rule and wrapper it builds) and says what it
+should compute: ``reference()`` builds the numpy model of the same optimizer
+(``tests/reference.py``) that ``test_conformance.py`` follows step by step.
+``test_conformance.py`` also fails when a public class of ``optimizers`` has no
+entry here. Also here: the tiny model and data every test trains (an embedding,
+so sparse gradients take part, then a dense layer), and a custom training step,
+shared by the tests and the worker scripts.
 """
 
 from __future__ import annotations
@@ -17,31 +22,83 @@ import tensorflow as tf
 import optimizers
 from optimizers import SGD, Adam, keras
 
+import reference as ref
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
     name: str
-    make: Callable[[], Any]
+    make: Callable[..., Any]  # make(jit_compile=True) -> a fresh optimizer
+    reference: Callable[[], ref.Optimizer]  # the same optimizer in numpy (tests/reference.py)
     has_updaters: bool = False
+    statistic: bool = False  # the model has an amax statistic (see Amax), which the optimizer overwrites
+    # False: a built-in Keras optimizer inside has no XLA kernel for sparse updates (Keras's
+    # ResourceSparseApplyKerasMomentum); test_conformance.py checks that it fails alone too.
+    sparse_xla: bool = True
+
+
+def _exponential_decay():
+    # lr = 0.1 * 0.5 ** floor(iterations / 2): changes within the conformance test's steps, and every
+    # value is exact in float32 (so the float64 reference matches at 1e-12).
+    return keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.5, staircase=True)
 
 
 OPTIMIZERS = [
-    Case("sgd_nesterov", lambda: SGD(0.05, momentum=0.9, nesterov=True)),
-    Case("adam_amsgrad", lambda: Adam(0.01, amsgrad=True)),
-    Case("adam+rowwise_adagrad", lambda: Adam(0.01, updaters={"embeddings": optimizers.RowwiseAdagrad(0.1)}), True),
-    Case("sgd+frozen_bias", lambda: SGD(0.05, momentum=0.5, updaters={"bias": optimizers.Frozen()}), True),
-    Case("adamw", lambda: optimizers.AdamW(weight_decay=1e-3, learning_rate=0.01)),
-    Case("adamw_lazy_scaled", lambda: optimizers.AdamW(weight_decay=0.05, learning_rate=0.01, lazy=True,
-                                                      scale_weight_decay_by_lr=True)),
-    Case("sgdw", lambda: optimizers.SGDW(weight_decay=1e-3, learning_rate=0.05, momentum=0.9)),
-    Case("moving_average(adam)", lambda: optimizers.MovingAverage(Adam(0.01), average_decay=0.9)),
-    Case("moving_average(adamw)", lambda: optimizers.MovingAverage(
-        optimizers.AdamW(weight_decay=1e-3, learning_rate=0.01), average_decay=0.9, dynamic_decay=True)),
-    Case("moving_average(sgdw+rowwise)", lambda: optimizers.MovingAverage(optimizers.SGDW(
+    Case("sgd_nesterov", lambda jit_compile=True: SGD(0.05, momentum=0.9, nesterov=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9, nesterov=True))),
+    Case("adam_amsgrad", lambda jit_compile=True: Adam(0.01, amsgrad=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01, amsgrad=True))),
+    Case("adam+rowwise_adagrad", lambda jit_compile=True: Adam(
+        0.01, updaters={"embeddings": optimizers.RowwiseAdagrad(0.1)}, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), updaters={"embeddings": ref.RowwiseAdagradRule(0.1)}), True),
+    Case("sgd+frozen_bias", lambda jit_compile=True: SGD(
+        0.05, momentum=0.5, updaters={"bias": optimizers.Frozen()}, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.5), updaters={"bias": ref.FrozenRule()}), True),
+    Case("adamw", lambda jit_compile=True: optimizers.AdamW(
+        weight_decay=1e-3, learning_rate=0.01, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01, weight_decay=1e-3))),
+    Case("adamw_lazy_scaled", lambda jit_compile=True: optimizers.AdamW(
+        weight_decay=0.05, learning_rate=0.01, lazy=True, scale_weight_decay_by_lr=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01, lazy=True, weight_decay=0.05, scale_by_lr=True))),
+    Case("sgdw", lambda jit_compile=True: optimizers.SGDW(
+        weight_decay=1e-3, learning_rate=0.05, momentum=0.9, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9, weight_decay=1e-3))),
+    Case("moving_average(adam)", lambda jit_compile=True: optimizers.MovingAverage(
+        Adam(0.01, jit_compile=jit_compile), average_decay=0.9, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), average=dict(average_decay=0.9))),
+    Case("moving_average(adamw)", lambda jit_compile=True: optimizers.MovingAverage(
+        optimizers.AdamW(weight_decay=1e-3, learning_rate=0.01, jit_compile=jit_compile), average_decay=0.9,
+        dynamic_decay=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01, weight_decay=1e-3),
+                               average=dict(average_decay=0.9, dynamic_decay=True))),
+    Case("moving_average(sgdw+rowwise)", lambda jit_compile=True: optimizers.MovingAverage(optimizers.SGDW(
         weight_decay=1e-3, learning_rate=0.05, momentum=0.9,
-        updaters={"embeddings": optimizers.RowwiseAdagrad(0.1)})), True),
-    Case("moving_average(keras_adam)", lambda: optimizers.MovingAverage(
-        keras.optimizers.legacy.Adam(0.01), average_decay=0.9)),
+        updaters={"embeddings": optimizers.RowwiseAdagrad(0.1)}, jit_compile=jit_compile), jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9, weight_decay=1e-3),
+                               updaters={"embeddings": ref.RowwiseAdagradRule(0.1)},
+                               average=dict(average_decay=0.99)), True),
+    Case("moving_average(keras_adam)", lambda jit_compile=True: optimizers.MovingAverage(
+        keras.optimizers.legacy.Adam(0.01), average_decay=0.9, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), average=dict(average_decay=0.9))),
+    # --- every public rule on its own, and each updater and routing once (test_conformance.py checks it)
+    Case("adam", lambda jit_compile=True: Adam(0.01, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01))),
+    Case("sgd", lambda jit_compile=True: SGD(0.1, jit_compile=jit_compile),  # momentum=0: no slot
+         lambda: ref.Optimizer(ref.SGDRule(0.1))),
+    Case("adam+overwrite_amax", lambda jit_compile=True: Adam(
+        0.01, updaters={"amax": optimizers.OverwriteWithGradient("max")}, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), updaters={"amax": ref.OverwriteRule()}), True, statistic=True),
+    Case("sgd+rowwise_adagrad(schedule)", lambda jit_compile=True: SGD(
+        0.05, momentum=0.9, updaters={"embeddings": optimizers.RowwiseAdagrad(_exponential_decay())},
+        jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), updaters={"embeddings": ref.RowwiseAdagradRule(
+             ref.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.5, staircase=True))}), True),
+    Case("sgd+adam_embedding", lambda jit_compile=True: SGD(
+        0.05, momentum=0.9, updaters={"embedding": Adam(0.01, jit_compile=jit_compile)}, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), updaters={"embedding": ref.AdamRule(0.01)}), True),
+    Case("moving_average(keras_sgd)", lambda jit_compile=True: optimizers.MovingAverage(
+        keras.optimizers.legacy.SGD(0.05, momentum=0.9), average_decay=0.9, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), average=dict(average_decay=0.9)), sparse_xla=False),
 ]
 BY_NAME = {case.name: case for case in OPTIMIZERS}
 IDS = [case.name for case in OPTIMIZERS]
@@ -57,14 +114,43 @@ def data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def model(seed: int = 0, dtype: str | None = None) -> Any:
-    """Embedding (sparse gradients) -> Flatten -> Dense, built, same weights for a seed."""
+@tf.custom_gradient
+def _record_amax(x, amax):
+    def grad(dy):
+        return dy, tf.reshape(tf.reduce_max(tf.abs(x)), [1])  # the statistic, whatever the loss
+
+    return tf.identity(x), grad
+
+
+@keras.utils.register_keras_serializable("integration")
+class Amax(keras.layers.Layer):
+    """Identity on its input, with an fp8-style amax statistic: a trainable variable whose
+    gradient is the batch's max |input| (a custom gradient, as Keras 3's fp8 scales do), meant to be
+    overwritten with it (``OverwriteWithGradient("max")``: across replicas the max, which equals one
+    device's). The loss does not depend on it."""
+
+    def build(self, input_shape):
+        self.amax = self.add_weight(name="amax", shape=(1,), initializer="zeros", trainable=True)
+
+    def call(self, x):
+        return _record_amax(x, self.amax)
+
+
+def model(seed: int = 0, dtype: str | None = None, statistic: bool = False) -> Any:
+    """Embedding (sparse gradients) -> Flatten [-> Amax statistic] -> Dense, built, same weights for a seed."""
     keras.utils.set_random_seed(seed)
     inputs = keras.Input((LENGTH,), dtype="int32")
     hidden = keras.layers.Embedding(VOCAB, 3, name="embedding", dtype=dtype)(inputs)
     hidden = keras.layers.Flatten(dtype=dtype)(hidden)
+    if statistic:
+        hidden = Amax(name="amax", dtype=dtype)(hidden)
     outputs = keras.layers.Dense(1, name="dense", dtype=dtype)(hidden)
     return keras.Model(inputs, outputs)
+
+
+def case_model(case: Case, seed: int = 0, dtype: str | None = None) -> Any:
+    """The model ``case`` trains: :func:`model`, with the statistic its optimizer overwrites."""
+    return model(seed, dtype, statistic=case.statistic)
 
 
 def train_step(net: Any, opt: Any) -> Callable:

@@ -15,7 +15,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from integration.optimizers_under_test import OPTIMIZERS, batches, data, model, optimizer_state, train_step  # noqa: E402
+from integration.optimizers_under_test import (  # noqa: E402
+    OPTIMIZERS,
+    batches,
+    case_model,
+    data,
+    optimizer_state,
+    train_step,
+)
 
 N, M = 3, 3
 
@@ -25,7 +32,7 @@ def main(mode, ckpt_root, out):
     steps = list(batches(x, y, N + M))
     results = {}
     for case in OPTIMIZERS:
-        net, opt = model(seed=1), case.make()
+        net, opt = case_model(case, seed=1), case.make()
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=net, optimizer=opt),
                                              os.path.join(ckpt_root, case.name), max_to_keep=1)
         step = tf.function(train_step(net, opt))

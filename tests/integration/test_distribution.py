@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import optimizers
-from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, data, model
+from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, case_model, data
 
 WORKER = os.path.join(os.path.dirname(__file__), "mwms_worker.py")
 
@@ -26,7 +26,7 @@ def test_mirrored_two_devices_equals_one_device(mirrored, case):
     weights = []
     for strategy in (mirrored, tf.distribute.get_strategy()):
         with strategy.scope():
-            net = model(seed=3)
+            net = case_model(case, seed=3)
             net.compile(optimizer=case.make(), loss="mse")
         net.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
         assert int(net.optimizer.iterations.numpy()) == 8
@@ -83,7 +83,7 @@ def test_multi_worker_mirrored_two_processes(tmp_path):
     assert sorted(first) == sorted(second)
     for case in OPTIMIZERS:
         assert int(first[f"{case.name}/iterations"]) == 3
-        initial = model(seed=2).get_weights()
+        initial = case_model(case, seed=2).get_weights()
         for i in range(len(initial)):
             np.testing.assert_array_equal(first[f"{case.name}/{i}"], second[f"{case.name}/{i}"], err_msg=case.name)
         assert not np.array_equal(first[f"{case.name}/0"], initial[0]), case.name  # it trained

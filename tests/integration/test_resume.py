@@ -14,7 +14,9 @@ WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
 pytestmark = pytest.mark.xdist_group("resume")  # one pair of worker processes for the whole table (make test: --dist loadgroup)
 
 
-@pytest.fixture(scope="module")
+# Session scope: under --dist loadgroup the group's tests need not run back to back on their worker,
+# and a module-scoped fixture would then be torn down and the two processes run again.
+@pytest.fixture(scope="session")
 def resumed(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
     results = {}

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, batches, data, model, train_step
+from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, batches, case_model, data, train_step
 from optimizers import keras
 
 
-def _fit(case, epochs, **compile_kwargs):
-    net = model()
-    net.compile(optimizer=case.make(), loss="mse", **compile_kwargs)
+def _fit(case, epochs, optimizer=None, **compile_kwargs):
+    net = case_model(case)
+    net.compile(optimizer=optimizer or case.make(), loss="mse", **compile_kwargs)
     x, y = data()
     history = net.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0)
     return net, history.history["loss"]
@@ -29,7 +29,7 @@ def test_custom_loop_in_tf_function_equals_eager(case):
     x, y = data()
     results = []
     for wrap in (tf.function, lambda f: f):
-        net, opt = model(), case.make()
+        net, opt = case_model(case), case.make()
         step = wrap(train_step(net, opt))
         losses = [float(step(a, b)) for a, b in batches(x, y, 6)]
         results.append((net.get_weights(), losses, int(opt.iterations.numpy())))
@@ -43,7 +43,16 @@ def test_custom_loop_in_tf_function_equals_eager(case):
 @pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
 def test_jit_compile_equals_no_xla(case):
     """compile(jit_compile=True) vs False after 2 epochs (8 steps). Tolerance rtol=1e-5, atol=1e-6:
-    XLA fuses and reorders float32 arithmetic (e.g. multiply-add), nothing more."""
+    XLA fuses and reorders float32 arithmetic (e.g. multiply-add), nothing more.
+
+    A built-in Keras optimizer without an XLA kernel for the embedding's sparse update
+    (``case.sparse_xla`` False) cannot run under XLA: the wrapper must fail exactly as that
+    optimizer does alone, with Keras's error."""
+    if not case.sparse_xla:
+        for optimizer in (case.make().inner_optimizer, case.make()):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="No registered 'ResourceSparseApplyKerasMomentum'"):
+                _fit(case, epochs=1, optimizer=optimizer, jit_compile=True)
+        return
     with_xla, _ = _fit(case, epochs=2, jit_compile=True)
     without, _ = _fit(case, epochs=2, jit_compile=False)
     for a, b in zip(with_xla.get_weights(), without.get_weights()):
@@ -55,7 +64,7 @@ def test_loss_scale_optimizer_under_mixed_float16(case):
     """LossScaleOptimizer calls apply_gradients(..., experimental_aggregate_gradients=False)."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
-        net = model()
+        net = case_model(case)
         opt = keras.mixed_precision.LossScaleOptimizer(case.make())
         net.compile(optimizer=opt, loss="mse")
         x, y = data()

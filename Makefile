@@ -50,15 +50,22 @@ $(KATEX): docs/hooks/package.json docs/hooks/package-lock.json
 lint: venv
 	$(VENV)/bin/ruff check optimizers slots tests benchmarks examples
 
+# The ParameterServerStrategy tests connect their process to an in-process cluster, after which
+# no other strategy can run in it: they run in a pytest process of their own.
+PS_TESTS := tests/integration/test_parameter_server.py
+
 # Both stacks run the whole suite, except: tests marked `tfa` (live TensorFlow
 # Addons parity) run only on TF 2.15, where TFA imports; tests marked
 # `default_stack_only` (docs, demo, TFA-free migration, Keras 3 errors) only on
 # the default stack. The notebooks run on both.
 test-default: venv $(KATEX)
-	$(PY) -m pytest $(PYTEST_FLAGS) tests optimizers slots -m "not tfa"
+	$(PY) -m pytest $(PYTEST_FLAGS) tests optimizers slots -m "not tfa" --ignore=$(PS_TESTS)
+	$(PY) -m pytest -n 0 $(PS_TESTS) -m "not tfa"
 
 test-tf215: venv-tfa
-	$(PY_TFA) -m pytest $(PYTEST_FLAGS) -p no:cacheprovider tests optimizers slots -m "not default_stack_only"
+	$(PY_TFA) -m pytest $(PYTEST_FLAGS) -p no:cacheprovider tests optimizers slots -m "not default_stack_only" \
+		--ignore=$(PS_TESTS)
+	$(PY_TFA) -m pytest -n 0 -p no:cacheprovider $(PS_TESTS) -m "not default_stack_only"
 
 # Fails on a warning, and (docs/hooks/math.py) on any built page that still shows raw TeX.
 docs: venv $(KATEX)

@@ -43,12 +43,12 @@ def _met(row: dict) -> str:
 def table(results: dict) -> str:
     machine = results["machine"]
     lines = [
-        "| case | ours (ms / step) | peer (ms / step) | peer | ratio | goal | met |",
-        "|---|---:|---:|---|---:|---:|---|",
+        "| case | ours | peer | unit | peer | ratio | goal | met |",
+        "|---|---:|---:|---|---|---:|---:|---|",
     ]
-    for row in results["rows"]:
-        lines.append(f"| {row['case']} | {row['ours_ms']:.2f} | {row['peer_ms']:.2f} | {row['peer']} | "
-                     f"{row['ratio']:.2f} | {_goal(row)} | {_met(row)} |")
+    for row in results["rows"]:  # times in ms per step; memory rows say their unit (MB)
+        lines.append(f"| {row['case']} | {row['ours_ms']:.2f} | {row['peer_ms']:.2f} | {row.get('unit', 'ms')} | "
+                     f"{row['peer']} | {row['ratio']:.2f} | {_goal(row)} | {_met(row)} |")
     lines.append("")
     lines.append(f"Machine (from the results file): {machine.get('cores')} CPU cores ({machine.get('cpu')}), "
                  f"Python {machine.get('python')}, TensorFlow {machine.get('tensorflow')}.")
@@ -77,7 +77,7 @@ def plot(results: dict) -> None:
     ax.minorticks_off()
     ax.set_yticks(positions, [row["case"] for row in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ours / peer, time per step (lower is better; black tick: goal; dashed: parity)")
+    ax.set_xlabel("ours / peer, time per step or peak memory (lower is better; black tick: goal; dashed: parity)")
     machine = results["machine"]
     ax.set_title(f"benchmarks/run.py, {machine.get('cores')} CPU cores, TF {machine.get('tensorflow')}", loc="left")
     fig.tight_layout()

@@ -3,18 +3,47 @@
 Two kinds of public classes:
 
 * **rules** say what happens to one variable in one step: optimizers written on
-  :class:`CustomOptimizerV2` (``Adam``, ``SGD``, ``AdamW``, ``SGDW``) and
-  variable updaters (:class:`VariableUpdater`); both follow :class:`UpdateRule`;
+  :class:`CustomOptimizerV2` (``Adam``, ``SGD``, ``AdamW``, ``SGDW``, ``LAMB``...,
+  ``MultiOptimizer``) and variable updaters (:class:`VariableUpdater`); both
+  follow :class:`UpdateRule`;
 * **wrappers** say what happens around a whole step of any Keras 2 optimizer:
-  :class:`OptimizerWrapper` (``MovingAverage``, on :class:`AveragingWrapper`).
+  :class:`OptimizerWrapper` (``Lookahead``, ``GradientAccumulation``;
+  ``MovingAverage`` and ``SWA`` on :class:`AveragingWrapper`).
+
+Also TensorFlow Addons' cyclical learning-rate schedules and its decoupled
+weight decay for any Keras 2 optimizer class (``extend_with_decoupled_weight_decay``).
 
 ``__all__`` below is the one list of public names.
 """
 
 from optimizers.callbacks import MovingAverageCallback, averaged_weights
+from optimizers.callbacks_swa import AverageModelCheckpoint
+from optimizers.decoupled import DecoupledWeightDecayExtension, extend_with_decoupled_weight_decay
 from optimizers.keras_compat import TF_VERSION, check_keras2_model, keras, variable_key
 from optimizers.rule import UpdateRule
-from optimizers.rules import SGD, SGDW, Adam, AdamW
+from optimizers.rules import (
+    COCOB,
+    LAMB,
+    SGD,
+    SGDW,
+    AdaBelief,
+    Adafactor,
+    Adam,
+    AdamW,
+    ConditionalGradient,
+    LazyAdam,
+    Lion,
+    NovoGrad,
+    ProximalAdagrad,
+    RectifiedAdam,
+    Yogi,
+)
+from optimizers.schedules import (
+    CyclicalLearningRate,
+    ExponentialCyclicalLearningRate,
+    Triangular2CyclicalLearningRate,
+    TriangularCyclicalLearningRate,
+)
 from optimizers.template import CustomOptimizerV2
 from optimizers.tfa_compat import TFA_NAMES  # importing it registers TFA's saved names ("Addons>AdamW", ...)
 from optimizers.updaters import (
@@ -26,34 +55,64 @@ from optimizers.updaters import (
     set_updater,
 )
 from optimizers.weight_decay import VariableMask
-from optimizers.wrappers import AveragingWrapper, MovingAverage, OptimizerWrapper
+from optimizers.wrappers import (
+    SWA,
+    AveragingWrapper,
+    GradientAccumulation,
+    Lookahead,
+    MovingAverage,
+    MultiOptimizer,
+    OptimizerWrapper,
+)
 from slots import SlotSpec
 
 __all__ = [
+    "AdaBelief",
+    "Adafactor",
     "Adam",
     "AdamW",
+    "averaged_weights",
+    "AverageModelCheckpoint",
     "AveragingWrapper",
+    "check_keras2_model",
+    "COCOB",
+    "ConditionalGradient",
     "CustomOptimizerV2",
+    "CyclicalLearningRate",
+    "DecoupledWeightDecayExtension",
+    "ExponentialCyclicalLearningRate",
+    "extend_with_decoupled_weight_decay",
     "Frozen",
+    "get_updater",
+    "GradientAccumulation",
+    "keras",
+    "LAMB",
+    "LazyAdam",
+    "Lion",
+    "Lookahead",
     "MovingAverage",
     "MovingAverageCallback",
+    "MultiOptimizer",
+    "NovoGrad",
     "OptimizerWrapper",
     "OverwriteWithGradient",
+    "ProximalAdagrad",
+    "RectifiedAdam",
     "RowwiseAdagrad",
+    "set_updater",
     "SGD",
     "SGDW",
     "SlotSpec",
-    "TFA_NAMES",
+    "SWA",
     "TF_VERSION",
+    "TFA_NAMES",
+    "Triangular2CyclicalLearningRate",
+    "TriangularCyclicalLearningRate",
     "UpdateRule",
+    "variable_key",
     "VariableMask",
     "VariableUpdater",
-    "averaged_weights",
-    "check_keras2_model",
-    "get_updater",
-    "keras",
-    "set_updater",
-    "variable_key",
+    "Yogi",
 ]
 
 __version__ = "0.2.0"

@@ -27,7 +27,7 @@ from optimizers.keras_compat import (
 )
 from optimizers.updaters import undo_unscaling
 
-__all__ = ["OptimizerBase", "check_grads_and_vars", "index_checks"]
+__all__ = ["OptimizerBase", "after_checks", "check_grads_and_vars", "index_checks"]
 
 
 def check_grads_and_vars(grads_and_vars: Any) -> list:
@@ -88,6 +88,22 @@ def index_checks(grads_and_vars: list) -> list:
             inside = tf.logical_and(tf.reduce_all(indices >= 0), tf.reduce_all(indices < rows))
             checks.append(tf.debugging.Assert(inside, [message, indices], summarize=20))
     return checks
+
+
+def after_checks(grads_and_vars: list, checks: list) -> list:
+    """``grads_and_vars`` with each gradient as a value that waits for ``checks`` (the graph
+    assertions of :func:`index_checks`): whatever reads a gradient runs after them."""
+    if not checks:
+        return grads_and_vars
+    out = []
+    with tf.control_dependencies(checks):
+        for grad, var in grads_and_vars:
+            if isinstance(grad, tf.IndexedSlices):
+                grad = tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
+            elif grad is not None:
+                grad = tf.identity(grad)
+            out.append((grad, var))
+    return out
 
 
 class OptimizerBase(OptimizerV2):

@@ -12,6 +12,7 @@ module: one place to fix when ``tf-keras`` changes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import tensorflow as tf
@@ -90,6 +91,25 @@ def distributed_container(var: Any) -> Any:
     return var
 
 
+def logical_variable(var: Any) -> Any:
+    """The variable the model declared that ``var`` is part of: its distributed container, and for a
+    shard of a ``ShardedVariable`` (``ParameterServerStrategy``'s ``variable_partitioner``) the
+    sharded variable, whose name has no ``/part_<i>`` suffix; else ``var``."""
+    var = distributed_container(var)
+    sharded = getattr(var, "_sharded_container", None)
+    return sharded() if callable(sharded) else var
+
+
+def variable_name(var: Any) -> str:
+    """The name of the variable the model declared: a shard's (``"emb/embeddings/part_1:0"``) without its
+    ``/part_<i>`` (``"emb/embeddings:0"``), as a ``ShardedVariable`` is not named after its table."""
+    var = distributed_container(var)
+    name = var.name
+    if callable(getattr(var, "_sharded_container", None)):
+        name = re.sub(r"/part_\d+(?=:\d+$|$)", "", name)
+    return name
+
+
 def variable_key(var: Any) -> Any:
     """A key that identifies ``var`` through distributed containers.
 
@@ -112,6 +132,20 @@ def on_this_device(value: Any) -> Any:
 def is_plain_resource_variable(var: Any) -> bool:
     """A ``ResourceVariable`` itself (not a distributed, sharded or mirrored wrapper)."""
     return type(var).__name__ == "ResourceVariable"
+
+
+def aggregates_in_apply_only(strategy: Any) -> bool:
+    """Whether OptimizerV2's ``apply_gradients`` refuses ``experimental_aggregate_gradients=False``
+    under ``strategy`` (Keras 2 does for ``ParameterServerStrategy`` and ``CentralStorageStrategy``)."""
+    return isinstance(strategy, (tf.distribute.experimental.ParameterServerStrategy,
+                                 tf.distribute.experimental.CentralStorageStrategy,
+                                 tf.compat.v1.distribute.experimental.ParameterServerStrategy,
+                                 tf.compat.v1.distribute.experimental.CentralStorageStrategy))
+
+
+def is_parameter_server(strategy: Any) -> bool:
+    return isinstance(strategy, (tf.distribute.experimental.ParameterServerStrategy,
+                                 tf.compat.v1.distribute.experimental.ParameterServerStrategy))
 
 
 def create_all_weights(optimizer: Any, var_list: list) -> None:
@@ -238,3 +272,117 @@ def install_loss_scale_hook(undo_unscaling: Any) -> None:
 
     _apply_gradients._custom_optimizer_v2 = True  # type: ignore[attr-defined]
     cls._apply_gradients = _apply_gradients
+
+
+def _loss_scale_class() -> Any:
+    import importlib
+
+    root = "tf_keras.src" if TF_VERSION >= (2, 16) else "keras.src"
+    return importlib.import_module(root + ".mixed_precision.loss_scale_optimizer").LossScaleOptimizer
+
+
+_LOSS_SCALE_KEYS = ("current_loss_scale", "good_steps")  # also the names in a SavedModel
+
+
+def loss_scale_variables(optimizer: Any) -> list:
+    """A dynamic ``LossScaleOptimizer``'s loss scale and its count of good steps
+    (``[]`` for a fixed loss scale)."""
+    state = getattr(optimizer, "_loss_scale", None)
+    if not optimizer.dynamic or state is None:
+        return []
+    return [state.current_loss_scale, state.counter]
+
+
+def install_loss_scale_saving(keeps_state: Any, deserialize_inner: Any) -> None:
+    """Let a ``LossScaleOptimizer`` around one of our optimizers keep everything in
+    every format of ``model.save``.
+
+    Narrow additions to Keras 2's ``LossScaleOptimizer`` (both stacks), done once:
+
+    * ``from_config`` builds a nested config through ``deserialize_inner``
+      (Keras's own lookup maps a registered class named like a built-in,
+      ``"SGD"``, to the built-in);
+    * for a ``LossScaleOptimizer`` with ``keeps_state(optimizer)`` true, the loss
+      scale and its good-step counter join ``weights`` (last, so ``.h5`` keeps
+      them; ``set_weights`` also takes the inner weights alone, as files written
+      before), and ``save_own_variables``/``load_own_variables`` write and read
+      them in ``.keras`` files (the inner optimizer saves its own state).
+    """
+    cls = _loss_scale_class()
+    if getattr(cls.__dict__.get("set_weights"), "_custom_optimizer_v2", False):
+        return
+    original_from_config = cls.__dict__["from_config"].__func__
+    original_weights = cls.__dict__["weights"]
+    original_set_weights = cls.__dict__["set_weights"]
+
+    def from_config(klass: Any, config: dict, custom_objects: Any = None) -> Any:
+        if isinstance(config.get("inner_optimizer"), dict):
+            config = dict(config, inner_optimizer=deserialize_inner(config["inner_optimizer"], custom_objects))
+        return original_from_config(klass, config, custom_objects)
+
+    def weights(self: Any) -> list:
+        own = loss_scale_variables(self) if keeps_state(self) else []
+        return original_weights.fget(self) + own
+
+    def set_weights(self: Any, weights: list) -> Any:
+        own = loss_scale_variables(self) if keeps_state(self) else []
+        if own and len(weights) == len(self._optimizer.weights) + len(own):
+            weights, own_values = list(weights[:-len(own)]), weights[-len(own):]
+            result = original_set_weights(self, weights)  # checked first: a refused list changes nothing
+            for variable, value in zip(own, own_values):
+                variable.assign(tf.cast(value, variable.dtype))
+            return result
+        return original_set_weights(self, weights)
+
+    def save_own_variables(self: Any, store: Any) -> None:
+        for key, variable in zip(_LOSS_SCALE_KEYS, loss_scale_variables(self)):
+            store[key] = variable.numpy()
+
+    def load_own_variables(self: Any, store: Any) -> None:
+        for key, variable in zip(_LOSS_SCALE_KEYS, loss_scale_variables(self)):
+            if key in store:  # absent in files written before the loss scale was kept
+                variable.assign(tf.cast(store[key], variable.dtype))
+
+    set_weights._custom_optimizer_v2 = True  # type: ignore[attr-defined]
+    cls.from_config = classmethod(from_config)
+    cls.weights = property(weights)
+    cls.set_weights = set_weights
+    cls.save_own_variables = save_own_variables
+    cls.load_own_variables = load_own_variables
+
+
+def install_restored_optimizer_link(link: Any) -> None:
+    """Hand a SavedModel's restored optimizer state to the optimizer ``load_model`` compiles.
+
+    The SavedModel loader revives the saved optimizer as a ``RestoredOptimizer``
+    (its step counter, hyperparameter variables, a ``LossScaleOptimizer``'s loss
+    scale, a wrapper's inner optimizer), sets it as the model's ``optimizer``, then
+    compiles a fresh one from the training config, which replaces it. One narrow
+    addition, done once: when ``Model.compile`` builds an optimizer for a model
+    whose ``optimizer`` is still such a ``RestoredOptimizer``, it first calls
+    ``link(new_optimizer, restored_optimizer)``.
+    """
+    import importlib
+
+    root = "tf_keras.src" if TF_VERSION >= (2, 16) else "keras.src"
+    model_cls = importlib.import_module(root + ".engine.training").Model
+    restored_cls = importlib.import_module(root + ".optimizers.legacy.optimizer_v2").RestoredOptimizer
+    original = model_cls._get_optimizer
+    if getattr(original, "_custom_optimizer_v2", False):
+        return
+
+    def _get_optimizer(self: Any, optimizer: Any) -> Any:
+        result = original(self, optimizer)
+        previous = self.__dict__.get("optimizer")
+        if isinstance(previous, restored_cls) and isinstance(result, OptimizerV2):
+            link(result, previous)
+        return result
+
+    _get_optimizer._custom_optimizer_v2 = True  # type: ignore[attr-defined]
+    model_cls._get_optimizer = _get_optimizer
+
+
+def restored_child(restored_optimizer: Any, name: str) -> Any:
+    """A dependency the SavedModel loader set on a ``RestoredOptimizer`` (its hyperparameters,
+    ``"loss_scale"``, a wrapper's inner optimizer), or ``None``."""
+    return hyper_dict(restored_optimizer).get(name)

@@ -53,12 +53,17 @@ class UpdateRule(Hyperparameters):
     ``"none"`` when the gradient is not used. ``gradient_is_value`` (class
     attribute, default ``False``) marks a rule whose "gradient" is a value to
     take rather than a gradient: mixed precision's loss scaling leaves it alone.
+    ``whole_variable`` (class attribute, default ``False``) marks a rule that reads
+    statistics of the whole variable (a norm, factored moments): it refuses a shard
+    of a ``ShardedVariable``, whose statistics would be the shard's alone.
     """
 
     reduction: str = "sum"
     #: The "gradient" is a value to take (an overwrite statistic), not a gradient:
     #: a ``LossScaleOptimizer`` leaves it unscaled.
     gradient_is_value: bool = False
+    #: The rule reads statistics of the whole variable: a shard of a sharded variable is refused.
+    whole_variable: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

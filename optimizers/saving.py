@@ -12,7 +12,8 @@ but drops it in the other two formats of ``model.save``:
   training config and throws the restored one away.
 
 For :class:`~optimizers.CustomOptimizerV2` this module closes both gaps
-(``keras_compat.install_saving_hooks`` wires it in):
+(``keras_compat.install_saving_hooks`` wires it in, and the two hooks installed
+at the end of this module):
 
 * ``.keras``: the optimizer counts as a Keras trackable and writes its state
   into the store, each slot keyed by (variable name, slot name).
@@ -20,12 +21,14 @@ For :class:`~optimizers.CustomOptimizerV2` this module closes both gaps
   slots do not exist yet then (legacy optimizers create them on the first
   step), so their values wait on the optimizer and become the slots' initial
   values when :meth:`add_slot` creates them.
-* SavedModel: when the loader's ``RestoredOptimizer`` creates a slot, the slot
-  is recorded on the model variable it belongs to. When the fresh optimizer
-  creates that slot for that variable, it starts from the restored value, and
-  the first such slot also hands over ``iterations`` and the hyperparameters.
-  So, until the first step after loading a SavedModel, ``iterations`` reads 0
-  (the loader gives the fresh optimizer no earlier moment to take it).
+* SavedModel: the loader sets its ``RestoredOptimizer`` as the model's
+  ``optimizer`` before it compiles the fresh one; at that moment
+  (``keras_compat.install_restored_optimizer_link``) the fresh optimizer takes
+  ``iterations``, the hyperparameter variables and, under a
+  ``LossScaleOptimizer``, the loss scale, whether or not it has slots. When the
+  ``RestoredOptimizer`` creates a slot, the slot is recorded on the model
+  variable it belongs to; when the fresh optimizer creates that slot for that
+  variable, it starts from the restored value.
 
 The first optimizer that creates a slot of the recorded name for that variable
 takes the recorded value (after ``load_model`` that is the optimizer it
@@ -35,6 +38,12 @@ A wrapper (:class:`~optimizers.OptimizerWrapper`) whose inner optimizer cannot
 save itself (a built-in Keras optimizer) passes it as ``inner``: its slots and
 hyperparameters are saved with the wrapper's state, and written into the inner
 slots when the wrapper has created the weights of a step.
+
+A ``LossScaleOptimizer`` around one of ours also keeps its loss scale and
+good-step counter: in ``.h5`` (last in its ``weights``), ``.keras``
+(``save_own_variables``) and SavedModel (taken at load, above); its config
+builds our inner optimizer, not the built-in of the same name
+(``keras_compat.install_loss_scale_saving``).
 
 Files that hold no optimizer state (saved before the first step, or before this
 library kept it) load as they always did.
@@ -49,10 +58,20 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from optimizers.keras_compat import create_hypers, distributed_container, hyper_dict
+from optimizers.config import deserialize_optimizer
+from optimizers.keras_compat import (
+    create_hypers,
+    distributed_container,
+    hyper_dict,
+    install_loss_scale_saving,
+    install_restored_optimizer_link,
+    is_loss_scale_optimizer,
+    loss_scale_variables,
+    restored_child,
+)
 
 __all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "record_restored_slot",
-           "restore_inner_slots", "slot_index"]
+           "restore_inner_slots", "slot_index", "link_restored_optimizer"]
 
 _NAMES = "names"  # JSON list of entries, stored as bytes; values are stored under "0", "1", ...
 _RESTORED_ATTR = "_custom_optimizer_v2_restored_slots"
@@ -145,11 +164,15 @@ def load_own_variables(optimizer: Any, store: Any, inner: Any = None) -> None:
             pending[(kind, entry[1], entry[2])] = value
 
 
-def _take_restored_scalars(optimizer: Any, restored_optimizer: Any) -> None:
-    """``iterations`` and hyperparameters from the loader's ``RestoredOptimizer``, once."""
+def _take_restored_scalars(optimizer: Any, restored_optimizer: Any, create: bool = False) -> None:
+    """``iterations`` and hyperparameters from the loader's ``RestoredOptimizer``, once
+    (``create``: make the hyperparameter variables now if the SavedModel holds some)."""
     if optimizer.__dict__.get("_took_restored_scalars"):
         return
     optimizer.__dict__["_took_restored_scalars"] = True
+    if create and any(isinstance(hyper, tf.Variable) for name, hyper in hyper_dict(restored_optimizer).items()
+                      if name != "iter"):
+        create_hypers(optimizer)
     restored_iterations = hyper_dict(restored_optimizer).get("iter")  # the loader sets it as a hyperparameter
     if restored_iterations is None:
         restored_iterations = restored_optimizer.iterations
@@ -201,3 +224,47 @@ def record_restored_slot(restored_optimizer: Any, var: tf.Variable, slot_name: s
         restored = {}
         object.__setattr__(var, _RESTORED_ATTR, restored)
     restored[slot_name] = (restored_optimizer, slot)
+
+
+def _is_ours(optimizer: Any) -> bool:
+    from optimizers.base import OptimizerBase  # that module imports this one
+
+    return isinstance(optimizer, OptimizerBase)
+
+
+def _keeps_state(optimizer: Any) -> bool:
+    """Ours, or a ``LossScaleOptimizer`` around ours."""
+    if is_loss_scale_optimizer(optimizer):
+        return _keeps_state(optimizer.inner_optimizer)
+    return _is_ours(optimizer)
+
+
+def link_restored_optimizer(optimizer: Any, restored_optimizer: Any) -> None:
+    """SavedModel: ``optimizer`` (compiled by ``load_model``) takes the step counter,
+    the hyperparameter variables and a ``LossScaleOptimizer``'s loss scale from the
+    loader's ``RestoredOptimizer`` at once, whether or not it has slots; slots
+    still wait for their creation (:func:`initial_slot_value`)."""
+    if not _keeps_state(optimizer):
+        return
+    if is_loss_scale_optimizer(optimizer):
+        state = restored_child(restored_optimizer, "loss_scale")
+        for variable, name in zip(loss_scale_variables(optimizer), ("current_loss_scale", "good_steps")):
+            value = getattr(state, name, None)
+            if isinstance(value, tf.Variable):
+                _assign(variable, value)
+        # The loss-scale optimizer shows its inner optimizer's dependencies as its own.
+        link_restored_optimizer(optimizer.inner_optimizer, restored_optimizer)
+        return
+    _take_restored_scalars(optimizer, restored_optimizer, create=True)
+    inner = getattr(optimizer, "inner_optimizer", None)
+    restored_inner = restored_child(restored_optimizer, getattr(optimizer, "inner_checkpoint_name", ""))
+    if inner is None or restored_inner is None:
+        return
+    if _is_ours(inner):
+        link_restored_optimizer(inner, restored_inner)
+    else:  # a built-in Keras optimizer: its slots are handed over by restore_inner_slots
+        _take_restored_scalars(inner, restored_inner, create=True)
+
+
+install_loss_scale_saving(_keeps_state, deserialize_optimizer)
+install_restored_optimizer_link(link_restored_optimizer)

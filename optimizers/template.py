@@ -95,7 +95,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             :class:`~optimizers.VariableUpdater` or a template optimizer:
             those variables follow that rule instead of this one.
         jit_compile: Compile the dense updates (decay included) with XLA:
-            one call per step for the small variables, one per large variable.
+            small variables in chunks of one shape, dtype and options (at
+            most two compiled functions per such group), one call per large
+            variable (see ``optimizers/compiled.py``).
             Defaults to ``True``, measured faster on CPU (see ``benchmarks/``).
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
@@ -317,6 +319,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     def _create_slots(self, var_list: Iterable[tf.Variable]) -> None:
         self.lock_options()
         var_list = list(var_list)
+        updaters_lib.check_whole_variables(self._rule_of, var_list)
         own = [v for v in var_list if self._rule_of(v) is self]
         if self.slot_order == "variable":
             for var in own:
@@ -353,6 +356,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         """Every check of the step (sparse indices, hyperparameter values) runs
         before its first assignment, so a refused step changes nothing."""
         checks = index_checks(grads_and_vars)
+        # Routed rules' hyperparameters too (MultiOptimizer's pairs, template updaters): eagerly raised here.
+        routed = {id(rule): rule for rule in (self._rule_of(var) for _, var in grads_and_vars)
+                  if rule is not self and hasattr(rule, "checked_hyperparameters")}
+        checks += [check for rule in routed.values() for check in rule.checked_hyperparameters(self.iterations)]
         if not tf.executing_eagerly():
             checks += [t for c in (apply_state or {}).values() for t in c.values() if tf.is_tensor(t)]
         with tf.control_dependencies(checks):
@@ -375,10 +382,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
         """Without a strategy, the compiled dense updates of the small variables of
-        one device run as one XLA call (see ``optimizers/compiled.py``)."""
+        one device run in chunks of one signature group (see ``optimizers/compiled.py``)."""
         if not self.jit_compile or tf.distribute.has_strategy():
             return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
-        batches: dict = {}
+        groups: dict = {}
         rest = []
         for grad, var in grads_and_vars:
             size = var.shape.num_elements()
@@ -386,18 +393,14 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                     or var.constraint is not None or size is None or size > compiled.BATCH_MAX_ELEMENTS
                     or not getattr(self._rule_of(var), "jit_compile", False)):
                 rest.append((grad, var))
-            else:
-                batches.setdefault(var.device, []).append((grad, var))
+                continue
+            rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
+            key = (var.device, id(rule)) + compiled.signature(var, options)
+            groups.setdefault(key, (rule, coefficients, []))[2].append((grad, var, var_slots))
         calls = []
-        for device, pairs in batches.items():
-            steps, keys, args = [], [], []
-            for grad, var in pairs:
-                rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
-                steps.append(rule.apply_dense)
-                keys.append((id(rule),) + compiled.signature(var, options))
-                args.append((grad, var, var_slots, coefficients))
-            with tf.device(device):
-                calls.append(self._compiled.run_all(steps, keys, args))
+        for key, (rule, coefficients, items) in groups.items():
+            with tf.device(key[0]):
+                calls.extend(self._compiled.run_group(rule.apply_dense, key[1:], items, coefficients))
         with tf.control_dependencies(calls):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 

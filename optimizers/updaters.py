@@ -27,7 +27,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import config as config_lib
-from optimizers.keras_compat import distributed_container, variable_key
+from optimizers.keras_compat import distributed_container, logical_variable, variable_key, variable_name
 from optimizers.rule import REDUCTIONS, UpdateRule
 from slots import SlotSpec
 
@@ -206,14 +206,31 @@ def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
 def get_updater(var: tf.Variable) -> UpdateRule | None:
     """The updater attached to ``var`` by :func:`set_updater` or by the Keras 3
     ``overwrite_with_gradient`` attribute, or ``None``."""
-    for candidate in (var, distributed_container(var)):
+    candidates = (var, distributed_container(var), logical_variable(var))  # a shard: its sharded table's
+    for candidate in candidates:
         updater = getattr(candidate, _ATTR, None)
         if updater is not None:
             return updater
-    for candidate in (var, distributed_container(var)):
+    for candidate in candidates:
         if getattr(candidate, "overwrite_with_gradient", False) is True:
             return OverwriteWithGradient()
     return None
+
+
+def check_whole_variables(rule_of: Any, var_list: list) -> None:
+    """Refuse a shard of a ``ShardedVariable`` (``ParameterServerStrategy``'s ``variable_partitioner``)
+    whose rule reads whole-variable statistics (``UpdateRule.whole_variable``), before any state changes."""
+    for var in var_list:
+        rule = rule_of(var)
+        table = logical_variable(var)
+        if getattr(rule, "whole_variable", False) and table is not distributed_container(var):
+            raise ValueError(
+                f"{type(rule).__name__} reads statistics of a whole variable (a norm or factored moments), but "
+                f"{variable_name(var)!r} is split into shards by the strategy's `variable_partitioner`, and each shard "
+                f"would be updated with its own statistics. Keep this variable in one shard (a partitioner that "
+                f"leaves it whole), or route it to an element-wise rule with `updaters=`. Received: "
+                f"var={var.name!r}, a shard of shape {var.shape.as_list()} of a table of shape "
+                f"{table.shape.as_list()}")
 
 
 def before_sum(grad: Any, reduction: str, replica_id: Any, num_replicas: int) -> Any:
@@ -287,10 +304,12 @@ class Routing:
         """The rule for ``var``: the mapping first, then the variable's own updater."""
         if self._by_key:
             updater = self._by_key.get(variable_key(var))
+            if updater is None and logical_variable(var) is not distributed_container(var):
+                updater = self._by_key.get(variable_key(logical_variable(var)))  # a shard: its table's
             if updater is not None:
                 return updater
         if self.patterns:
-            name = distributed_container(var).name
+            name = variable_name(var)  # a shard is routed by its table's name
             matches = [(p, u) for p, u in self.patterns.items() if re.search(p, name)]
             if len({id(u) for _, u in matches}) > 1:
                 raise ValueError(f"Variable {name!r} matches several `updaters` patterns with different rules: "

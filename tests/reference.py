@@ -262,56 +262,170 @@ class FrozenRule:
         return param, {}
 
 
+# Wrappers around a whole step, as :class:`Optimizer` runs them: ``initial_slots(param)`` for each
+# variable the wrapper wraps (those that follow the host's rule), ``before(first, last, grad, slots)``
+# (optional: the gradient the inner step receives, ``None`` for no inner step), ``after(iterations,
+# param, slots, dtype) -> (param, slots)`` after each inner step (``iterations``: inner steps before it).
+
+
+class MovingAverage:
+    """``MovingAverage``: an ``average`` of each wrapped variable (:func:`moving_average_decay` rules)."""
+
+    def __init__(self, **decay):
+        self.decay = decay
+
+    def initial_slots(self, param):
+        return {"average": param.copy()}
+
+    def after(self, iterations, param, slots, dtype):
+        d = float(np.float32(moving_average_decay(iterations, **self.decay)).astype(dtype))
+        return param, {"average": slots["average"] - (slots["average"] - param) * (1 - d)}
+
+
+class Lookahead:
+    """Zhang et al. 2019: slow weights ``slow``; after every ``sync_period``-th step they move by
+    ``slow_step_size`` towards the fast weights, which take their value."""
+
+    def __init__(self, sync_period=6, slow_step_size=0.5):
+        self.k, self.alpha = sync_period, slow_step_size
+
+    def initial_slots(self, param):
+        return {"slow": param.copy()}
+
+    def after(self, iterations, param, slots, dtype):
+        if (iterations + 1) % self.k:
+            return param, slots
+        slow = slots["slow"] + as_hyper(self.alpha, dtype) * (param - slots["slow"])
+        return slow.copy(), {"slow": slow}
+
+
+class SWA:
+    """Izmailov et al. 2018: ``average`` is the mean of the weights after steps ``s, s + c, ...``
+    (``s`` = ``start_averaging``, ``c`` = ``average_period``; the initial weights until then)."""
+
+    def __init__(self, start_averaging=0, average_period=10):
+        self.start, self.period = start_averaging, average_period
+
+    def initial_slots(self, param):
+        return {"average": param.copy()}
+
+    def after(self, iterations, param, slots, dtype):
+        since = iterations - self.start
+        if since < 0 or since % self.period:
+            return param, slots
+        n = since // self.period
+        return param, {"average": (slots["average"] * n + param) / (n + 1)}
+
+
+class GradientAccumulation:
+    """The inner step every ``steps``-th call, with the mean of the calls' (densified) gradients; the
+    accumulator (``gradient_accumulator``) holds the current window's sum."""
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def initial_slots(self, param):
+        return {"gradient_accumulator": np.zeros_like(param)}
+
+    def before(self, call, grad, slots):
+        total = grad if call % self.steps == 0 else slots["gradient_accumulator"] + grad
+        slots = {"gradient_accumulator": total}
+        return (total / self.steps if (call + 1) % self.steps == 0 else None), slots
+
+    def after(self, iterations, param, slots, dtype):
+        return param, slots
+
+
+# Rules of tests/catalogue/ in this module's protocol.
+class AdamLike:
+    """A rule of ``tests/catalogue/ref_adamlike.py`` (``initial_slots(param)``, ``step(..., t, decayed)``
+    with the 1-based step ``t``), every variable decayed."""
+
+    def __init__(self, rule, name):
+        self.rule, self.name = rule, name
+
+    def initial_slots(self, param, dtype):
+        return self.rule.initial_slots(param)
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        return self.rule.step(param, grad, rows, slots, iterations + 1, True)
+
+
+class Layerwise:
+    """A rule of ``tests/catalogue/ref_layerwise.py``, which also takes the variable's name (its
+    exclusion patterns): :class:`Optimizer` binds it per variable with :meth:`for_variable`."""
+
+    def __init__(self, rule, name, variable=None):
+        self.rule, self.name, self.variable = rule, name, variable
+
+    def for_variable(self, variable):
+        return Layerwise(self.rule, self.name, variable)
+
+    def initial_slots(self, param, dtype):
+        return self.rule.initial_slots(param, dtype, self.variable)
+
+    def step(self, param, grad, rows, slots, iterations, dtype):
+        return self.rule.step(param, grad, rows, slots, iterations, dtype, self.variable)
+
+
 class Optimizer:
     """A whole optimizer: the host ``rule``; ``updaters`` ``{regex: rule}`` searched in variable
     names (those variables follow that rule instead, with its slots named ``"<rule.name>/<slot>"``,
-    no decay, no average); ``average``: keyword arguments of :func:`moving_average_decay` for a
-    moving average of the host's variables (``None`` for none).
+    no decay, no wrapper); ``wrapper``: one of the wrappers above around the whole step, or ``None``.
 
-    :meth:`run` gives, after each step, ``{(name,): param, (name, owner, slot): value}`` where
-    ``owner`` is ``"optimizer"`` (the host, or the wrapped optimizer) or ``"wrapper"``.
+    :meth:`run` gives, after each call, ``{(name,): param, (name, owner, slot): value, "iterations":
+    inner steps taken}`` where ``owner`` is ``"optimizer"`` (the host, or the wrapped optimizer) or
+    ``"wrapper"``.
     """
 
-    def __init__(self, rule, updaters=None, average=None):
-        self.rule, self.updaters, self.average = rule, dict(updaters or {}), average
+    def __init__(self, rule, updaters=None, wrapper=None):
+        self.rule, self.updaters, self.wrapper = rule, dict(updaters or {}), wrapper
 
     def rule_for(self, name):
         import re
 
         matches = [rule for pattern, rule in self.updaters.items() if re.search(pattern, name)]
-        return (matches[0], matches[0].name + "/") if matches else (self.rule, "")
+        rule, prefix = (matches[0], matches[0].name + "/") if matches else (self.rule, "")
+        return (rule.for_variable(name) if hasattr(rule, "for_variable") else rule), prefix
 
     def run(self, params, grads_per_step):
         """``params``: ``{name: initial value}`` (its dtype is the variable's); ``grads_per_step``:
         a list of ``{name: dense array or (values, indices)}``."""
         dtypes = {name: np.asarray(value).dtype for name, value in params.items()}
         params = {name: np.asarray(value, np.float64) for name, value in params.items()}
-        slots = {name: self.rule_for(name)[0].initial_slots(p, dtypes[name]) for name, p in params.items()}
-        averages = {}
-        if self.average is not None:
-            averages = {name: p.copy() for name, p in params.items() if self.rule_for(name)[0] is self.rule}
-        out = []
-        for iterations, grads in enumerate(grads_per_step):
+        rules = {name: self.rule_for(name) for name in params}
+        slots = {name: rules[name][0].initial_slots(p, dtypes[name]) for name, p in params.items()}
+        wrapped = {name: self.wrapper.initial_slots(p) for name, p in params.items()
+                   if self.wrapper is not None and not rules[name][1]}
+        iterations, out = 0, []
+        for call, grads in enumerate(grads_per_step):
+            inner = {}
             for name, grad in grads.items():
-                rule = self.rule_for(name)[0]
                 rows = None
                 if isinstance(grad, tuple):
                     values, rows = grad
                     grad = densify(np.asarray(values, np.float64), rows, params[name].shape)
                     rows = np.unique(rows)
-                params[name], new_slots = rule.step(params[name], np.asarray(grad, np.float64), rows,
-                                                    slots[name], iterations, dtypes[name])
+                if name in wrapped and hasattr(self.wrapper, "before"):
+                    grad, wrapped[name] = self.wrapper.before(call, np.asarray(grad, np.float64), wrapped[name])
+                    rows = None  # the inner step receives a dense mean
+                if grad is not None:
+                    inner[name] = (np.asarray(grad, np.float64), rows)
+            for name, (grad, rows) in inner.items():
+                params[name], new_slots = rules[name][0].step(params[name], grad, rows, slots[name], iterations,
+                                                              dtypes[name])
                 slots[name] = {k: new_slots[k] for k in slots[name]}  # the slots the variable has
-            for name in averages:
-                d = float(np.float32(moving_average_decay(iterations, **self.average)).astype(dtypes[name]))
-                averages[name] = averages[name] - (averages[name] - params[name]) * (1 - d)
-            state = {}
+            if inner:
+                for name in wrapped:
+                    params[name], wrapped[name] = self.wrapper.after(iterations, params[name], wrapped[name],
+                                                                     dtypes[name])
+                iterations += 1
+            state = {"iterations": iterations}
             for name in params:
                 state[(name,)] = params[name].copy()
-                prefix = self.rule_for(name)[1]
                 for slot, value in slots[name].items():
-                    state[(name, "optimizer", prefix + slot)] = value.copy()
-                if name in averages:
-                    state[(name, "wrapper", "average")] = averages[name].copy()
+                    state[(name, "optimizer", rules[name][1] + slot)] = value.copy()
+                for slot, value in wrapped.get(name, {}).items():
+                    state[(name, "wrapper", slot)] = value.copy()
             out.append(state)
         return out

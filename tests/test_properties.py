@@ -19,10 +19,12 @@ values = hnp.arrays(np.float32, (ROWS, COLS), elements=st.floats(-5, 5, width=32
 
 
 def _variables():
-    # Names the table's updater patterns match: "embeddings" (RowwiseAdagrad), "bias" (Frozen).
-    return [tf.Variable(np.linspace(-1, 1, ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS), name="embeddings"),
-            tf.Variable(np.ones((ROWS, COLS), np.float32), name="kernel"),
-            tf.Variable(np.zeros((ROWS, COLS), np.float32), name="bias")]
+    # The model's names, which the table's updater patterns ("embeddings", "bias") and MultiOptimizer's
+    # pairs (optimizers_under_test.weight_names) match.
+    return [tf.Variable(np.linspace(-1, 1, ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS),
+                        name="embedding/embeddings"),
+            tf.Variable(np.ones((ROWS, COLS), np.float32), name="dense/kernel"),
+            tf.Variable(np.zeros((ROWS, COLS), np.float32), name="dense/bias")]
 
 
 def _run(case, grads_per_step):

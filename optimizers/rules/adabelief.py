@@ -26,7 +26,7 @@ class AdaBelief(CustomOptimizerV2):
         \begin{align*}
         m &\leftarrow \beta_1 m + (1-\beta_1)g, \qquad s \leftarrow \beta_2 s + (1-\beta_2)(g - m)^2 + \epsilon,
             \qquad \hat m = \frac{m}{1-\beta_1^t}, \qquad \hat s = \sqrt{\frac{s}{1-\beta_2^t}}
-            \ (\text{AMSGrad: } s_\max) \\
+            \ (\text{AMSGrad: } s_{\max}) \\
         \theta &\leftarrow \theta - \eta_t\Big(\Big[\text{rectify and } \rho_t < \rho_\text{thr}\ ?\
             \hat m : \frac{r\,\hat m}{\hat s + \epsilon}\Big] + \lambda\theta\Big),
             \qquad r = r_t \text{ if rectify else } 1
@@ -46,7 +46,8 @@ class AdaBelief(CustomOptimizerV2):
 
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule. Defaults to ``0.001``.
-        beta_1, beta_2: Moment decays, in ``[0, 1)``. Default to ``0.9``, ``0.999``.
+        beta_1: The first moment's decay, in ``[0, 1)``. Defaults to ``0.9``.
+        beta_2: The second moment's decay, in ``[0, 1)``. Defaults to ``0.999``.
         epsilon: :math:`\epsilon > 0`. Defaults to ``1e-14``.
         weight_decay: :math:`\lambda \ge 0` (float, tensor, callable or schedule). Defaults to ``0.0``.
         amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from optimizers.keras_compat import keras
@@ -56,7 +57,9 @@ class ConditionalGradient(CustomOptimizerV2):
     is less accurate in float64.
 
     Fixes over TFA: learning-rate schedules work (TFA raises), and the legacy
-    ``decay`` argument applies to :math:`\eta` (TFA ignores it).
+    ``decay`` argument applies to :math:`\eta` (TFA ignores it). TFA's unused
+    all-zero slot ``"conditional_gradient"`` is not created; TFA's ``.h5``
+    files still load (:meth:`set_weights` drops those zeros).
 
     Args:
         learning_rate: :math:`\eta` in ``[0, 1]``: float, tensor, callable or schedule. Required.
@@ -81,6 +84,7 @@ class ConditionalGradient(CustomOptimizerV2):
 
     decay_variable = False  # TFA's checkpoints have no `decay` variable
     weight_decay_placement = "none"
+    whole_variable = True  # norms of the whole variable: a shard of a sharded one is refused
 
     def __init__(self, learning_rate: Any, lambda_: Any = 0.01, epsilon: float = 1e-7, ord: str = "fro",
                  name: str = "ConditionalGradient", **kwargs: Any) -> None:
@@ -101,6 +105,14 @@ class ConditionalGradient(CustomOptimizerV2):
     @jit_compile.setter
     def jit_compile(self, value: bool) -> None:
         self.__dict__["_jit_compile"] = value
+
+    def set_weights(self, weights: Any) -> None:
+        """Keras' ``set_weights``; also takes the weights of TFA's ``.h5`` files, which hold, after the step
+        counter, one unused all-zero slot ``"conditional_gradient"`` per variable (this class has no slots)."""
+        weights = list(weights)
+        if len(self.weights) == 1 and len(weights) > 1 and all(not np.any(w) for w in weights[1:]):
+            weights = weights[:1]
+        super().set_weights(weights)
 
     def prepare(self, dtype: tf.DType, coefficients: dict) -> None:
         lr = coefficients["learning_rate"]

@@ -83,6 +83,7 @@ class LAMB(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"  # the decay is part of the direction the trust ratio rescales
+    whole_variable = True  # norms of the whole variable: a shard of a sharded one is refused
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-6,
                  weight_decay: Any = 0.0, exclude_from_weight_decay: list[str] | None = None,

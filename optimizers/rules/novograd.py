@@ -77,6 +77,7 @@ class NovoGrad(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"  # the decay joins the normalized gradient
+    whole_variable = True  # norms of the whole variable: a shard of a sharded one is refused
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  weight_decay: Any = 0.0, grad_averaging: bool = False, amsgrad: bool = False,

@@ -81,7 +81,7 @@ class RectifiedAdam(CustomOptimizerV2):
         \begin{align*}
         m &\leftarrow \beta_1 m + (1-\beta_1)g, \quad v \leftarrow \beta_2 v + (1-\beta_2)g^2, \quad
             \hat m = \frac{m}{1-\beta_1^t}, \quad \hat v = \sqrt{\frac{v}{1-\beta_2^t}}
-            \ (\text{AMSGrad: } v_\max) \\
+            \ (\text{AMSGrad: } v_{\max}) \\
         \rho_\infty &= \frac{2}{1-\beta_2} - 1, \quad \rho_t = \rho_\infty - \frac{2t\beta_2^t}{1-\beta_2^t},
             \quad r_t = \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}} \\
         \theta &\leftarrow \theta - \eta_t\Big(\Big[\rho_t \ge \rho_\text{thr}\ ?\
@@ -99,7 +99,8 @@ class RectifiedAdam(CustomOptimizerV2):
 
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule. Defaults to ``0.001``.
-        beta_1, beta_2: Moment decays, in ``[0, 1)``. Default to ``0.9``, ``0.999``.
+        beta_1: The first moment's decay, in ``[0, 1)``. Defaults to ``0.9``.
+        beta_2: The second moment's decay, in ``[0, 1)``. Defaults to ``0.999``.
         epsilon: :math:`\epsilon > 0`. Defaults to ``1e-7``.
         weight_decay: :math:`\lambda \ge 0` (float, tensor, callable or schedule). Defaults to ``0.0``.
         amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.

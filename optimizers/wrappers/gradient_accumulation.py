@@ -16,9 +16,10 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import compiled
-from optimizers.base import check_grads_and_vars, index_checks
+from optimizers.base import after_checks, check_grads_and_vars, index_checks
 from optimizers.keras_compat import (
     aggregate_gradients,
+    aggregates_in_apply_only,
     create_hypers,
     hyper_dict,
     is_plain_resource_variable,
@@ -46,11 +47,15 @@ def _check_steps(value: Any) -> None:
         raise ValueError(f"`accumulation_steps` must be an integer >= 1. Received: accumulation_steps={value!r}")
 
 
-def _after_checks(grad: Any) -> Any:
-    """``grad`` as a value that waits for the enclosing control dependencies."""
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
-    return tf.identity(grad)
+def _hyperparameter_checks(optimizer: Any) -> list:
+    """The run-time hyperparameter checks of ``optimizer`` and the optimizers it wraps: a value
+    the inner step would refuse is refused before the accumulators change."""
+    checks = []
+    while optimizer is not None:
+        if hasattr(optimizer, "checked_hyperparameters"):
+            checks += optimizer.checked_hyperparameters(optimizer.iterations)
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return checks
 
 
 def _accumulate(acc: tf.Variable, grad: Any, first: tf.Tensor, reduction: str) -> Any:
@@ -159,12 +164,13 @@ class GradientAccumulation(OptimizerWrapper):
                              f"model.fit gives). Received gradients for {sorted(v.name for _, v in pairs)}")
         with tf.name_scope(self._name), tf.init_scope():
             self._create_all_weights([v for _, v in pairs])
-        checks = index_checks(pairs)  # before the accumulators change (eagerly: raised here)
+        # Before the accumulators change (eagerly: raised here).
+        checks = index_checks(pairs) + _hyperparameter_checks(self._optimizer)
         with tf.control_dependencies(checks if not tf.executing_eagerly() else []):
             if experimental_aggregate_gradients:
                 pairs = aggregate_gradients(self._optimizer, transform_unaggregated_gradients(self._optimizer, pairs))
-            if checks:
-                pairs = [(_after_checks(g), v) for g, v in pairs]
+            if not tf.executing_eagerly():
+                pairs = after_checks(pairs, checks)
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         return maybe_merge_call(self._accumulate_and_step, tf.distribute.get_strategy(), pairs, name, kwargs)
 
@@ -211,5 +217,14 @@ class GradientAccumulation(OptimizerWrapper):
         for var in held.variables:
             combined = tf.convert_to_tensor(self.get_slot(var, _SLOT))
             pairs.append((combined if self._reduction(var) == "max" else combined / self.accumulation_steps, var))
-        return self._optimizer.apply_gradients(pairs, held.name, experimental_aggregate_gradients=False,
+        # The gradients are combined already. Keras 2 refuses to be told so under ParameterServerStrategy
+        # (and CentralStorageStrategy); with one replica per step there, its own combination changes nothing.
+        aggregate = aggregates_in_apply_only(tf.distribute.get_strategy())
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if aggregate and replicas > 1:
+            raise NotImplementedError(
+                f"GradientAccumulation cannot run under {type(tf.distribute.get_strategy()).__name__} with more "
+                f"than one replica per step: Keras 2 would combine the accumulated gradients again. "
+                f"Received: num_replicas_in_sync={replicas}")
+        return self._optimizer.apply_gradients(pairs, held.name, experimental_aggregate_gradients=aggregate,
                                                **held.kwargs)

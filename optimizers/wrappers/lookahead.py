@@ -8,6 +8,7 @@ verbatim (``tests/test_docs_lookahead_tfa.py`` checks that the two agree).
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import tensorflow as tf
 
@@ -55,7 +56,8 @@ class Lookahead(OptimizerWrapper):
 
     inner_checkpoint_name = "lh_base_optimizer"  # TFA's name: TFA checkpoints restore into this class
 
-    def __init__(self, optimizer, sync_period=6, slow_step_size=0.5, name="Lookahead", **kwargs):
+    def __init__(self, optimizer: Any, sync_period: int = 6, slow_step_size: Any = 0.5, name: str = "Lookahead",
+                 **kwargs: Any) -> None:
         _check_sync_period(sync_period)
         super().__init__(optimizer, name, **kwargs)
         self.add_hyperparameter("slow_step_size", slow_step_size, low=0.0, high=1.0)

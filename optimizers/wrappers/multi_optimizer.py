@@ -15,13 +15,15 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import config as config_lib
+from optimizers.base import check_grads_and_vars
 from optimizers.keras_compat import (
     KERAS3_HINT,
     OptimizerV2,
     create_hypers,
-    distributed_container,
     is_keras3_object,
+    is_parameter_server,
     keras,
+    variable_name,
 )
 from optimizers.rule import REDUCTIONS, UpdateRule
 from optimizers.template import CustomOptimizerV2
@@ -139,7 +141,9 @@ class MultiOptimizer(CustomOptimizerV2):
     arXiv:1801.06146; Jin et al., arXiv:1607.05440). One step of one host
     optimizer does it all: one ``iterations`` (schedules are evaluated at it),
     one all-reduce, slots kept on the host as ``"<optimizer name>/<slot>"``.
-    Weights in no pair are not changed (as in TFA); a variable's own updater
+    Weights in no pair are not changed (as in TFA), but a step in which no
+    weight is in a pair is refused (it would do nothing: the names are wrong,
+    e.g. a SavedModel loaded inside a strategy's scope); a variable's own updater
     (``set_updater``, ``overwrite_with_gradient``) wins over its layer's pair.
 
     TensorFlow Addons' ``MultiOptimizer(optimizers_and_layers=None,
@@ -194,7 +198,7 @@ class MultiOptimizer(CustomOptimizerV2):
         own = get_updater(var)
         if own is not None:
             return own
-        rule = self._rule_by_name.get(distributed_container(var).name)
+        rule = self._rule_by_name.get(variable_name(var))
         return (rule.updater_for(var) or rule) if isinstance(rule, CustomOptimizerV2) else rule
 
     def _create_all_weights(self, var_list: Any) -> None:
@@ -216,13 +220,30 @@ class MultiOptimizer(CustomOptimizerV2):
         if decay_var_list is not None:
             raise ValueError("MultiOptimizer takes no `decay_var_list`: give each optimizer its own "
                              f"`exclude_from_weight_decay`. Received: decay_var_list={decay_var_list!r}")
+        if is_parameter_server(tf.distribute.get_strategy()):
+            raise NotImplementedError(
+                "MultiOptimizer does not run under ParameterServerStrategy (its step fails on the workers). "
+                "Route variables to their rules with one template optimizer's `updaters=` instead, e.g. "
+                "optimizers.SGD(0.05, updaters={'embedding': optimizers.Adam(0.01)}). "
+                f"Received: strategy={type(tf.distribute.get_strategy()).__name__}")
+        grads_and_vars = check_grads_and_vars(grads_and_vars)  # every pair, also those that take no step
+        given = [var for grad, var in grads_and_vars if grad is not None]
+        if given and all(self.updater_for(var) is None for var in given):
+            raise ValueError(
+                "None of the variables of this step is in a MultiOptimizer pair: the step would change nothing. "
+                "Pairs hold weights by name; a SavedModel loaded inside a distribution strategy's scope names "
+                "its weights without their layers' scopes ('kernel:0'): save in the .keras format, or make the "
+                f"MultiOptimizer from the loaded model's layers. Pairs hold {sorted(self._rule_by_name)[:8]}; "
+                f"received variables {[variable_name(var) for var in given][:8]}")
+        # Weights in no pair take no step at all (nothing to compile for them).
+        grads_and_vars = [(grad, var) for grad, var in grads_and_vars if self.updater_for(var) is not None]
         return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
 
     def _transform_gradients(self, grads_and_vars: Any) -> list:
         """Each pair's optimizer clips its own weights' gradients (after aggregation, as alone)."""
         out, groups = list(grads_and_vars), {}
         for i, (_, var) in enumerate(out):
-            rule = None if get_updater(var) else self._rule_by_name.get(distributed_container(var).name)
+            rule = None if get_updater(var) else self._rule_by_name.get(variable_name(var))
             if rule is not None:
                 groups.setdefault(id(rule), (rule, []))[1].append(i)
         for rule, positions in groups.values():

@@ -18,6 +18,9 @@ from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
+from catalogue import ref_adamlike as adamlike
+from catalogue import ref_layerwise as layerwise
+from catalogue.ref_adafactor import AdafactorRule
 
 import optimizers
 from optimizers import SGD, Adam, keras
@@ -35,6 +38,22 @@ class Case:
     # False: a built-in Keras optimizer inside has no XLA kernel for sparse updates (Keras's
     # ResourceSparseApplyKerasMomentum); test_conformance.py checks that it fails alone too.
     sparse_xla: bool = True
+    calls_per_step: int = 1  # apply_gradients calls per step taken (GradientAccumulation's N)
+    # Routes weights by their full names (MultiOptimizer's pairs), which a SavedModel loaded in a strategy's
+    # scope does not keep ("kernel:0"): such a step is refused with a clear error.
+    routes_by_full_name: bool = False
+
+    def steps(self, calls: int) -> int:
+        """``iterations`` after ``calls`` calls of ``apply_gradients``."""
+        return calls // self.calls_per_step
+
+
+def weight_names(base: str) -> list[str]:
+    """The names a variable ``base`` (``"dense/bias"``) has in the tests: in the model, and in the
+    conformance problem (``test_conformance.py``: ``"<dtype>_<dense or sparse>/<base>"``), so that
+    name-based specs (``MultiOptimizer``'s) route both."""
+    prefixes = [""] + [f"{dtype}_{kind}/" for dtype in ("float16", "float32", "float64") for kind in ("dense", "sparse")]
+    return [f"{prefix}{base}:0" for prefix in prefixes]
 
 
 def _exponential_decay():
@@ -65,21 +84,21 @@ OPTIMIZERS = [
          lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9, weight_decay=1e-3))),
     Case("moving_average(adam)", lambda jit_compile=True: optimizers.MovingAverage(
         Adam(0.01, jit_compile=jit_compile), average_decay=0.9, jit_compile=jit_compile),
-         lambda: ref.Optimizer(ref.AdamRule(0.01), average=dict(average_decay=0.9))),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), wrapper=ref.MovingAverage(average_decay=0.9))),
     Case("moving_average(adamw)", lambda jit_compile=True: optimizers.MovingAverage(
         optimizers.AdamW(weight_decay=1e-3, learning_rate=0.01, jit_compile=jit_compile), average_decay=0.9,
         dynamic_decay=True, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.AdamRule(0.01, weight_decay=1e-3),
-                               average=dict(average_decay=0.9, dynamic_decay=True))),
+                               wrapper=ref.MovingAverage(average_decay=0.9, dynamic_decay=True))),
     Case("moving_average(sgdw+rowwise)", lambda jit_compile=True: optimizers.MovingAverage(optimizers.SGDW(
         weight_decay=1e-3, learning_rate=0.05, momentum=0.9,
         updaters={"embeddings": optimizers.RowwiseAdagrad(0.1)}, jit_compile=jit_compile), jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9, weight_decay=1e-3),
                                updaters={"embeddings": ref.RowwiseAdagradRule(0.1)},
-                               average=dict(average_decay=0.99)), True),
+                               wrapper=ref.MovingAverage(average_decay=0.99)), True),
     Case("moving_average(keras_adam)", lambda jit_compile=True: optimizers.MovingAverage(
         keras.optimizers.legacy.Adam(0.01), average_decay=0.9, jit_compile=jit_compile),
-         lambda: ref.Optimizer(ref.AdamRule(0.01), average=dict(average_decay=0.9))),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), wrapper=ref.MovingAverage(average_decay=0.9))),
     # --- every public rule on its own, and each updater and routing once (test_conformance.py checks it)
     Case("adam", lambda jit_compile=True: Adam(0.01, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.AdamRule(0.01))),
@@ -98,7 +117,73 @@ OPTIMIZERS = [
          lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), updaters={"embedding": ref.AdamRule(0.01)}), True),
     Case("moving_average(keras_sgd)", lambda jit_compile=True: optimizers.MovingAverage(
         keras.optimizers.legacy.SGD(0.05, momentum=0.9), average_decay=0.9, jit_compile=jit_compile),
-         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), average=dict(average_decay=0.9)), sparse_xla=False),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), wrapper=ref.MovingAverage(average_decay=0.9)), sparse_xla=False),
+    # --- the TensorFlow Addons catalogue (and Keras 3's Lion): hyperparameters that reach their branches in
+    # three steps; references from tests/catalogue/ref_*.py
+    Case("lazy_adam_amsgrad", lambda jit_compile=True: optimizers.LazyAdam(0.01, amsgrad=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.LazyAdamRule(0.01, amsgrad=True), "LazyAdam"))),
+    Case("yogi_l1_l2", lambda jit_compile=True: optimizers.Yogi(
+        0.05, beta1=0.5, beta2=0.75, l1_regularization_strength=0.01, l2_regularization_strength=0.02,
+        jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.YogiRule(
+             0.05, beta1=0.5, beta2=0.75, l1_regularization_strength=0.01, l2_regularization_strength=0.02), "Yogi"))),
+    Case("adabelief_decay_warmup", lambda jit_compile=True: optimizers.AdaBelief(
+        0.05, beta_1=0.5, beta_2=0.75, epsilon=1e-7, weight_decay=0.01, total_steps=4, warmup_proportion=0.5,
+        min_lr=0.02, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.RectifiedRule(
+             True, 0.05, beta_1=0.5, beta_2=0.75, epsilon=1e-7, weight_decay=0.01, total_steps=4,
+             warmup_proportion=0.5, min_lr=0.02), "AdaBelief"))),
+    Case("rectified_adam_amsgrad_decay", lambda jit_compile=True: optimizers.RectifiedAdam(
+        0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.01, amsgrad=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.RectifiedRule(
+             False, 0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.01, amsgrad=True), "RectifiedAdam"))),
+    Case("lion_decay", lambda jit_compile=True: optimizers.Lion(0.01, weight_decay=0.5, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.LionRule(0.01, weight_decay=0.5), "Lion"))),
+    Case("lamb_exclusions", lambda jit_compile=True: optimizers.LAMB(
+        0.02, beta_1=0.5, beta_2=0.75, weight_decay=0.05, exclude_from_layer_adaptation=["bias"],
+        jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.Layerwise(layerwise.LAMB(
+             0.02, beta_1=0.5, beta_2=0.75, weight_decay=0.05, exclude_from_layer_adaptation=["bias"]), "LAMB"))),
+    Case("novograd_averaging_amsgrad", lambda jit_compile=True: optimizers.NovoGrad(
+        0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.05, grad_averaging=True, amsgrad=True, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.Layerwise(layerwise.NovoGrad(
+             0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.05, grad_averaging=True, amsgrad=True), "NovoGrad"))),
+    Case("cocob", lambda jit_compile=True: optimizers.COCOB(alpha=2.5, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.Layerwise(layerwise.COCOB(alpha=2.5), "COCOB"))),
+    Case("conditional_gradient", lambda jit_compile=True: optimizers.ConditionalGradient(
+        0.9, lambda_=1.0, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.Layerwise(layerwise.ConditionalGradient(0.9, lambda_=1.0), "ConditionalGradient"))),
+    Case("proximal_adagrad_l1_l2", lambda jit_compile=True: optimizers.ProximalAdagrad(
+        0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.Layerwise(layerwise.ProximalAdagrad(
+             0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02), "ProximalAdagrad"))),
+    Case("adafactor", lambda jit_compile=True: optimizers.Adafactor(0.1, weight_decay=0.01, jit_compile=jit_compile),
+         lambda: ref.Optimizer(AdafactorRule(0.1, weight_decay=0.01))),
+    Case("sgd+adafactor_embedding", lambda jit_compile=True: SGD(
+        0.05, momentum=0.5, updaters={"embedding": optimizers.Adafactor(0.1, jit_compile=jit_compile)},
+        jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.5), updaters={"embedding": AdafactorRule(0.1)}), True),
+    Case("decoupled(keras_adam)", lambda jit_compile=True: optimizers.extend_with_decoupled_weight_decay(
+        keras.optimizers.legacy.Adam)(weight_decay=1e-3, learning_rate=0.01),  # a Keras built-in: no XLA switch
+         lambda: ref.Optimizer(ref.AdamRule(0.01, weight_decay=1e-3))),
+    Case("lookahead(adam)", lambda jit_compile=True: optimizers.Lookahead(
+        Adam(0.01, jit_compile=jit_compile), sync_period=2, slow_step_size=0.5, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), wrapper=ref.Lookahead(sync_period=2, slow_step_size=0.5))),
+    Case("swa(sgd+frozen_bias)", lambda jit_compile=True: optimizers.SWA(SGD(
+        0.05, momentum=0.9, updaters={"bias": optimizers.Frozen()}, jit_compile=jit_compile),
+        start_averaging=1, average_period=1, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), updaters={"bias": ref.FrozenRule()},
+                               wrapper=ref.SWA(start_averaging=1, average_period=1)), True),
+    Case("gradient_accumulation(adam)", lambda jit_compile=True: optimizers.GradientAccumulation(
+        Adam(0.01, jit_compile=jit_compile), 2, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamRule(0.01), wrapper=ref.GradientAccumulation(2)), calls_per_step=2),
+    Case("multi_optimizer", lambda jit_compile=True: optimizers.MultiOptimizer(optimizer_specs=[
+        {"optimizer": Adam(0.01, jit_compile=jit_compile), "weights": weight_names("embedding/embeddings")},
+        {"optimizer": SGD(0.05, momentum=0.9, jit_compile=jit_compile), "weights": weight_names("dense/bias")}],
+        jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.FrozenRule(), updaters={"embedding": ref.AdamRule(0.01),
+                                                          "bias": ref.SGDRule(0.05, momentum=0.9)}), True,
+         routes_by_full_name=True),
 ]
 BY_NAME = {case.name: case for case in OPTIMIZERS}
 IDS = [case.name for case in OPTIMIZERS]
@@ -146,6 +231,21 @@ def model(seed: int = 0, dtype: str | None = None, statistic: bool = False) -> A
         hidden = Amax(name="amax", dtype=dtype)(hidden)
     outputs = keras.layers.Dense(1, name="dense", dtype=dtype)(hidden)
     return keras.Model(inputs, outputs)
+
+
+def hyperparameter_to_break(opt: Any) -> tuple[Any, str] | None:
+    """Where a test can set a bad hyperparameter value: ``(owner, name)``, the first declared
+    hyperparameter of ``opt`` (a wrapper's own first), else of the optimizer it wraps, or of
+    ``MultiOptimizer``'s first pair; ``None`` for an optimizer with none at all (``COCOB``)."""
+    while True:
+        if getattr(opt, "hyperparameter_names", ()):
+            return opt, opt.hyperparameter_names[0]
+        if isinstance(opt, optimizers.OptimizerWrapper):
+            opt = opt.inner_optimizer
+        elif isinstance(opt, optimizers.MultiOptimizer):
+            opt = opt.optimizer_specs[0]["optimizer"]
+        else:
+            return None
 
 
 def case_model(case: Case, seed: int = 0, dtype: str | None = None) -> Any:

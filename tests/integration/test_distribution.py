@@ -29,7 +29,7 @@ def test_mirrored_two_devices_equals_one_device(mirrored, case):
             net = case_model(case, seed=3)
             net.compile(optimizer=case.make(), loss="mse")
         net.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
-        assert int(net.optimizer.iterations.numpy()) == 8
+        assert int(net.optimizer.iterations.numpy()) == case.steps(8)
         weights.append(net.get_weights())
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -82,7 +82,7 @@ def test_multi_worker_mirrored_two_processes(tmp_path):
     first, second = (dict(np.load(tmp_path / f"worker{i}.npz")) for i in range(2))
     assert sorted(first) == sorted(second)
     for case in OPTIMIZERS:
-        assert int(first[f"{case.name}/iterations"]) == 3
+        assert int(first[f"{case.name}/iterations"]) == case.steps(3)
         initial = case_model(case, seed=2).get_weights()
         for i in range(len(initial)):
             np.testing.assert_array_equal(first[f"{case.name}/{i}"], second[f"{case.name}/{i}"], err_msg=case.name)

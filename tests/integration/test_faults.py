@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from .optimizers_under_test import IDS, OPTIMIZERS, batches, case_model, data
+from .optimizers_under_test import IDS, OPTIMIZERS, batches, case_model, data, hyperparameter_to_break
 
 
 def _bad_index(grads, variables):
@@ -32,9 +32,13 @@ def _bad_shape(grads, variables):
 
 
 def _nan_hyperparameter(opt):
-    """A callable hyperparameter that returns NaN: the wrapper's own, or the rule's learning rate."""
-    name = opt.hyperparameter_names[0] if hasattr(opt, "inner_optimizer") else "learning_rate"
-    setattr(opt, name, lambda: float("nan"))
+    """A callable hyperparameter that returns NaN (``hyperparameter_to_break``); ``False`` where the
+    optimizer has no hyperparameter (``COCOB``: nothing to break)."""
+    target = hyperparameter_to_break(opt)
+    if target is None:
+        return False
+    setattr(*target, lambda: float("nan"))
+    return True
 
 
 FAULTS = {
@@ -70,8 +74,8 @@ def test_refused_steps_change_nothing(case, mode):
         grads = gradients(*batch)
         if bad_grads is not None:
             grads = bad_grads(grads, net.trainable_variables)
-        if bad_setting is not None:
-            bad_setting(opt)
+        if bad_setting is not None and not bad_setting(opt):
+            continue  # no hyperparameter to set
         step = tf.function(apply) if mode == "tf_function" else apply
         with pytest.raises(error):
             step(grads)

@@ -19,14 +19,6 @@ def _optimizer_state(opt):
     return {w.name: w.numpy() for w in opt.weights}
 
 
-def _iterations_after_load(opt, filename, saved, steps_since):
-    """A SavedModel hands ``iterations`` over with the slots (docs/guarantees.md): an optimizer
-    without any slot (SGD without momentum) restarts from 0 there, as Keras 2's own SGD does."""
-    if filename == "saved_model" and not opt.get_slot_names():
-        return steps_since
-    return saved + steps_since
-
-
 @pytest.mark.parametrize("filename", FORMATS)
 @pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
 def test_save_load_keeps_optimizer_and_training_continues_identically(case, filename, tmp_path):
@@ -38,11 +30,10 @@ def test_save_load_keeps_optimizer_and_training_continues_identically(case, file
     loaded = keras.models.load_model(path)  # no custom_objects
     assert type(loaded.optimizer) is type(net.optimizer)
     assert loaded.optimizer.get_config() == net.optimizer.get_config()
-    if filename != "saved_model":  # SavedModel: the state is taken over at the first step (optimizers/saving.py)
-        assert int(loaded.optimizer.iterations.numpy()) == int(net.optimizer.iterations.numpy()) == 8
+    assert int(loaded.optimizer.iterations.numpy()) == int(net.optimizer.iterations.numpy()) > 0
     _fit(net, epochs=1)
     _fit(loaded, epochs=1)
-    assert int(loaded.optimizer.iterations.numpy()) == _iterations_after_load(loaded.optimizer, filename, 8, 4)
+    assert int(loaded.optimizer.iterations.numpy()) == int(net.optimizer.iterations.numpy())
     for a, b in zip(net.get_weights(), loaded.get_weights()):
         np.testing.assert_array_equal(a, b)
     expected, got = _optimizer_state(net.optimizer), _optimizer_state(loaded.optimizer)
@@ -99,8 +90,12 @@ def test_load_under_mirrored_strategy_continues_like_one_device(mirrored, case, 
     with mirrored.scope():
         loaded = keras.models.load_model(path)
     _fit(net, epochs=1)
+    if case.routes_by_full_name and filename == "saved_model":  # the weights lost their layers' names
+        with pytest.raises(ValueError, match="None of the variables of this step is in a MultiOptimizer pair"):
+            _fit(loaded, epochs=1)
+        return
     _fit(loaded, epochs=1)
-    assert int(loaded.optimizer.iterations.numpy()) == _iterations_after_load(loaded.optimizer, filename, 4, 4)
+    assert int(loaded.optimizer.iterations.numpy()) == int(net.optimizer.iterations.numpy())
     for a, b in zip(net.get_weights(), loaded.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     expected, got = _optimizer_state(net.optimizer), _optimizer_state(loaded.optimizer)

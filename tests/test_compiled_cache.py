@@ -1,0 +1,108 @@
+"""Compiled (XLA) steps: the number of compiled functions is bounded by the signature groups
+(rule, shape, dtype, options) of the variables, however the set of variables with a gradient
+changes from step to step, and the compiled steps give the numbers of the plain-ops steps."""
+
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import optimizers
+from optimizers import compiled
+from optimizers.compiled import compiled_function_count
+
+# name, shape, dtype, how many: the "bias" variables are excluded from weight decay, an option of
+# the rule, so they form groups of their own.
+LAYOUT = [("kernel", (4, 3), "float32", 10), ("bias", (3,), "float32", 4), ("kernel64", (4, 3), "float64", 2)]
+STEPS = 10
+
+
+def _variables():
+    rng = np.random.RandomState(0)
+    return [tf.Variable(rng.randn(*shape).astype(dtype), name=f"{name}_{i}")
+            for name, shape, dtype, count in LAYOUT for i in range(count)]
+
+
+def _schedule(num_vars):
+    """Per step, the gradients (``None`` for the variables left out): all at the first step, then
+    random subsets, each different."""
+    rng = np.random.RandomState(1)
+    masks, seen = [np.ones(num_vars, bool)], set()
+    while len(masks) < STEPS:
+        mask = rng.rand(num_vars) < 0.6
+        if mask.any() and mask.tobytes() not in seen:
+            seen.add(mask.tobytes())
+            masks.append(mask)
+    dtypes = [dtype for _, _, dtype, count in LAYOUT for _ in range(count)]
+    shapes = [shape for _, shape, _, count in LAYOUT for _ in range(count)]
+    return [tuple(tf.constant(rng.randn(*s).astype(d)) if m else None for s, d, m in zip(shapes, dtypes, mask))
+            for mask in masks]
+
+
+def _groups():
+    """The signature groups of LAYOUT: (shape, dtype, decayed)."""
+    return {(shape, dtype, name != "bias") for name, shape, dtype, _ in LAYOUT}
+
+
+def _make(kind, jit_compile):
+    adamw = optimizers.AdamW(weight_decay=0.01, learning_rate=0.05, exclude_from_weight_decay=["bias"],
+                             jit_compile=jit_compile)
+    return adamw if kind == "adamw" else optimizers.MovingAverage(adamw, average_decay=0.8, jit_compile=jit_compile)
+
+
+def _train(kind, jit_compile, in_function):
+    variables = _variables()
+    optimizer = _make(kind, jit_compile)
+
+    def step(grads):
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
+
+    if in_function:
+        step = tf.function(step)  # one trace per pattern of None gradients
+    for grads in _schedule(len(variables)):
+        step(grads)
+    averages = [optimizer.average_of(v) for v in variables] if kind == "ma_adamw" else []
+    return optimizer, [v.numpy() for v in variables], [a.numpy() for a in averages]
+
+
+@functools.cache
+def _plain(kind):
+    """The plain-ops (``jit_compile=False``) run, eager: the numbers the compiled runs must give."""
+    _, values, averages = _train(kind, False, False)
+    return values, averages
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("kind", ["adamw", "ma_adamw"])
+def test_compiled_function_count_is_bounded_by_signature_groups(kind, in_function):
+    optimizer, values, averages = _train(kind, True, in_function)
+    # A template optimizer: at most len(CHUNK_SIZES) functions per group; a wrapper's own
+    # compiled step (the average update): one per (shape, dtype).
+    bound = len(_groups()) * len(compiled.CHUNK_SIZES)
+    if kind == "ma_adamw":
+        bound += len({(shape, dtype) for _, shape, dtype, _ in LAYOUT})
+    count = compiled_function_count(optimizer)
+    assert 0 < count <= bound
+    # Keyed by every subset, as before this bound, the cache would have grown past it.
+    assert len({tuple(g is None for g in grads) for grads in _schedule(len(values))}) > bound
+
+    # The same numbers as the plain-ops steps (XLA may fuse a multiply and an add: float32 tolerance).
+    plain_values, plain_averages = _plain(kind)
+    for ours, plain in zip(values + averages, plain_values + plain_averages):
+        tol = 1e-6 if ours.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(ours, plain, rtol=tol, atol=tol)
+
+
+def test_count_of_a_builtin_optimizer_is_zero():
+    var = tf.Variable([1.0])
+    optimizer = optimizers.keras.optimizers.legacy.Adam(0.1)
+    optimizer.apply_gradients([(tf.constant([1.0]), var)])
+    assert compiled_function_count(optimizer) == 0
+
+
+def test_chunks_split_a_group_greedily():
+    sizes = compiled.chunks(2 * max(compiled.CHUNK_SIZES) + 3)
+    assert sum(sizes) == 2 * max(compiled.CHUNK_SIZES) + 3
+    assert set(sizes) <= set(compiled.CHUNK_SIZES) and sizes == sorted(sizes, reverse=True)
+    assert compiled.chunks(0) == []

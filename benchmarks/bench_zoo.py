@@ -19,7 +19,7 @@ compiles it with each optimizer, built-in first, then measures:
   signature groups (rule, shape, dtype, options) times ``len(CHUNK_SIZES)``,
   plus one per shape for the moving average (printed, no ratio).
 
-**Peak memory** (``ru_maxrss``) needs a process per optimizer: one more
+**Peak memory** (``VmHWM`` of ``/proc/self/status``) needs a process per optimizer: one more
 process per (model, optimizer) builds the model and takes three steps; ratio
 goal <= 1.2.
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -157,7 +156,11 @@ def peak_memory(model_name: str, kind: str, steps: int = 3) -> float:
     model.compile(make_optimizer(kind), loss)
     for _ in range(steps):
         model.train_on_batch(x, y)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # kilobytes on Linux
+    # VmHWM, this process's own peak: ``ru_maxrss`` would also count the memory of the parent process
+    # (benchmarks/run.py) that forked it, which Linux carries over exec.
+    with open("/proc/self/status") as f:
+        kilobytes = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return kilobytes * 1024.0
 
 
 def _subprocess(*args: str) -> dict:

@@ -10,8 +10,9 @@ saving (``saving.py``, through ``base.py``).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -190,6 +191,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self._skipped: tf.Variable | None = None
         self._weight_decay = decay
         self._decay_var_mask: VariableMask | None = None
+        self._after_update: Any = None  # an OptimizerWrapper whose after_step runs inside this step
         self._var_specs: dict = {}  # (rule, variable) -> its slot specs
         self._compiled = compiled.CompiledSteps()
         if decay is not None:
@@ -394,27 +396,86 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                     or not getattr(self._rule_of(var), "jit_compile", False)):
                 rest.append((grad, var))
                 continue
-            rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
-            key = (var.device, id(rule)) + compiled.signature(var, options)
-            groups.setdefault(key, (rule, coefficients, []))[2].append((grad, var, var_slots))
+            step, var_slots, coefficients, key = self._compiled_inputs(var, apply_state)
+            if step is None:
+                rest.append((grad, var))
+                continue
+            groups.setdefault((var.device,) + key, (step, coefficients, []))[2].append((grad, var, var_slots))
         calls = []
-        for key, (rule, coefficients, items) in groups.items():
+        for key, (step, coefficients, items) in groups.items():
             with tf.device(key[0]):
-                calls.extend(self._compiled.run_group(rule.apply_dense, key[1:], items, coefficients))
+                calls.extend(self._compiled.run_group(step, key[1:], items, coefficients))
         with tf.control_dependencies(calls):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
+    def _compiled_inputs(self, var: tf.Variable, apply_state: dict | None) -> tuple:
+        """``(step, slots, coefficients, key)`` of the compiled dense step of ``var``: its rule's
+        ``apply_dense``, fused with the running wrapper's ``after_step`` (``step`` is ``None`` if
+        that one is not compiled)."""
+        rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
+        key = (id(rule),) + compiled.signature(var, options)
+        after = self._after_inputs(var, apply_state)
+        if after is None:
+            return rule.apply_dense, var_slots, coefficients, key
+        wrapper, after_slots, after_coefficients = after
+        if not wrapper.jit_compile:
+            return None, None, None, None
+        return (_UpdateThenAfter(rule, wrapper), (var_slots, after_slots), (coefficients, after_coefficients),
+                key + (id(wrapper),))
+
+    def _after_inputs(self, var: tf.Variable, apply_state: dict | None) -> tuple | None:
+        """``(wrapper, slots, coefficients)`` of the running wrapper's ``after_step`` of ``var``, or ``None``."""
+        wrapper = self._after_update
+        if wrapper is None or not wrapper.wraps(var):
+            return None
+        device, dtype = var.device, var.dtype.base_dtype
+        coefficients = (apply_state or {}).get((device, dtype, "after"))
+        if coefficients is None:
+            with tf.device(device):
+                coefficients = wrapper.step_coefficients(dtype, self.iterations)
+            if apply_state is not None:
+                apply_state[(device, dtype, "after")] = coefficients
+        return wrapper, wrapper.slots_of(var), coefficients
+
+    def _then_after(self, update: Any, var: tf.Variable, apply_state: dict | None) -> Any:
+        """``update``, then the running wrapper's ``after_step`` of ``var``, if any."""
+        after = self._after_inputs(var, apply_state)
+        if after is None:
+            return update
+        wrapper, after_slots, coefficients = after
+        with tf.control_dependencies([update]):
+            return wrapper.after_variable(var, after_slots, coefficients)
+
+    @contextlib.contextmanager
+    def running_after_update(self, wrapper: Any) -> Iterator[None]:
+        """Within this context, every variable ``wrapper`` wraps gets ``wrapper.after_step``
+        right after this optimizer's update of it, in the same compiled function when both
+        compile: one pass over memory and one call per chunk, instead of two (used by
+        ``OptimizerWrapper.apply_gradients``)."""
+        outer, self._after_update = self._after_update, wrapper
+        try:
+            yield
+        finally:
+            self._after_update = outer
+
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict | None = None) -> Any:
-        rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
-        if getattr(rule, "jit_compile", False) and is_plain_resource_variable(handle):
+        if getattr(self._rule_of(handle), "jit_compile", False) and is_plain_resource_variable(handle):
+            step, var_slots, coefficients, key = self._compiled_inputs(handle, apply_state)
+            if step is not None:
+                return self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)
+            rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
             key = ("dense", id(rule)) + compiled.signature(handle, options)
-            return self._compiled.run(rule.apply_dense, key, grad, handle, var_slots, coefficients)
-        return rule.apply_dense(grad, handle, var_slots, coefficients)
+            update = self._compiled.run(rule.apply_dense, key, grad, handle, var_slots, coefficients)
+        else:
+            rule, var_slots, coefficients, _ = self._rule_inputs(handle, apply_state)
+            update = rule.apply_dense(grad, handle, var_slots, coefficients)
+        return self._then_after(update, handle, apply_state)
 
     def _resource_apply_sparse(self, grad: tf.Tensor, handle: tf.Variable, indices: tf.Tensor,
                                apply_state: dict | None = None) -> Any:
         rule, var_slots, coefficients, _ = self._rule_inputs(handle, apply_state)
-        return rule.apply_sparse(grad, handle, indices, var_slots, coefficients)
+        return self._then_after(rule.apply_sparse(grad, handle, indices, var_slots, coefficients), handle,
+                                apply_state)
 
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
         """Sum ordinary gradients across replicas; reduce updater gradients by the
@@ -498,3 +559,16 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             config["updaters"] = {k: config_lib.deserialize_object(v, UpdateRule, "variable updater")
                                   for k, v in config["updaters"].items()}
         return cls(**config)
+
+
+class _UpdateThenAfter:
+    """A rule's ``apply_dense``, then a wrapper's ``after_step`` of the same variable: one
+    compiled function (``slots`` and ``coefficients`` are pairs: the rule's, the wrapper's)."""
+
+    def __init__(self, rule: UpdateRule, wrapper: Any) -> None:
+        self.rule, self.wrapper = rule, wrapper
+
+    def __call__(self, grad: tf.Tensor, var: tf.Variable, slots: tuple, coefficients: tuple) -> Any:
+        update = self.rule.apply_dense(grad, var, slots[0], coefficients[0])
+        with tf.control_dependencies([update]):
+            return self.wrapper.after_step(var, slots[1], coefficients[1])

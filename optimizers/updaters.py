@@ -20,7 +20,6 @@ hyperparameters (schedules too) are evaluated at the optimizer's step.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ import tensorflow as tf
 from optimizers import config as config_lib
 from optimizers.keras_compat import distributed_container, logical_variable, variable_key, variable_name
 from optimizers.rule import REDUCTIONS, UpdateRule
+from optimizers.weight_decay import VariableMask
 from slots import SlotSpec
 
 __all__ = [
@@ -271,6 +271,7 @@ class Routing:
     def __init__(self, updaters: Any = None) -> None:
         self.patterns: dict[str, UpdateRule] = {}
         self._by_key: dict[Any, UpdateRule] = {}
+        self._names = VariableMask()
         if updaters is None:
             return
         if isinstance(updaters, Mapping):
@@ -285,17 +286,13 @@ class Routing:
             if hasattr(key, "deref"):  # a variable's .ref()
                 key = key.deref()
             if isinstance(key, str):
-                try:
-                    re.compile(key)
-                except re.error as error:
-                    raise ValueError(f"`updaters` key {key!r} is not a valid regex ({error}). "
-                                     f"Received: updaters={updaters!r}") from None
                 self.patterns[key] = updater
             elif isinstance(key, tf.Variable):
                 self._by_key[variable_key(key)] = updater
             else:
                 raise TypeError("`updaters` keys must be variables (var.ref() in a dict) or regex strings. "
                                 f"Received key {key!r} in updaters={updaters!r}")
+        self._names = VariableMask(list(self.patterns), "updaters", received=updaters)
 
     def __bool__(self) -> bool:
         return bool(self.patterns or self._by_key)
@@ -310,7 +307,7 @@ class Routing:
                 return updater
         if self.patterns:
             name = variable_name(var)  # a shard is routed by its table's name
-            matches = [(p, u) for p, u in self.patterns.items() if re.search(p, name)]
+            matches = [(p, self.patterns[p]) for p in self._names.matching_patterns(name)]
             if len({id(u) for _, u in matches}) > 1:
                 raise ValueError(f"Variable {name!r} matches several `updaters` patterns with different rules: "
                                  f"{[p for p, _ in matches]}. Make the patterns exclusive. "

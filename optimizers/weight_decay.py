@@ -57,34 +57,42 @@ class VariableMask:
     (False, True)
     """
 
-    def __init__(self, items: Iterable[Any] | None = None, argument: str = "mask") -> None:
+    def __init__(self, items: Iterable[Any] | None = None, argument: str = "mask", received: Any = None) -> None:
         items = [] if items is None else items
+        received = items if received is None else received
         if isinstance(items, (str, tf.Variable)) or not isinstance(items, Iterable):
             raise TypeError(f"`{argument}` must be a list of regex strings or variables. "
-                            f"Received: {argument}={items!r}")
+                            f"Received: {argument}={received!r}")
         items = list(items)
         self.patterns: list[str] = []
         self._keys: set = set()
+        self._matching: dict[str, tuple[str, ...]] = {}  # var.name -> the patterns found in it
         for item in items:
             if isinstance(item, str):
                 try:
                     re.compile(item)
                 except re.error as error:
                     raise ValueError(f"`{argument}` holds an invalid regex {item!r} ({error}). "
-                                     f"Received: {argument}={items!r}") from None
+                                     f"Received: {argument}={received!r}") from None
                 self.patterns.append(item)
             elif isinstance(item, tf.Variable):
                 self._keys.add(variable_key(item))
             else:
                 raise TypeError(f"`{argument}` must be a list of regex strings or variables. "
-                                f"Received: {argument}={items!r}")
+                                f"Received: {argument}={received!r}")
+
+    def matching_patterns(self, name: str) -> tuple[str, ...]:
+        """The patterns found in ``name``, searched once per name."""
+        found = self._matching.get(name)
+        if found is None:
+            found = self._matching[name] = tuple(p for p in self.patterns if re.search(p, name))
+        return found
 
     def matches(self, var: tf.Variable) -> bool:
         """Whether ``var`` (or the distributed variable it belongs to) is in the mask."""
         if self._keys and variable_key(var) in self._keys:
             return True
-        name = distributed_container(var).name
-        return any(re.search(pattern, name) for pattern in self.patterns)
+        return bool(self.patterns) and bool(self.matching_patterns(distributed_container(var).name))
 
     def __bool__(self) -> bool:
         return bool(self.patterns or self._keys)

@@ -43,7 +43,7 @@ CONSTRUCTOR_CASES = [
     (dict(weight_decay=0.1, scale_weight_decay_by_lr="yes"), TypeError,
      r"Received: scale_weight_decay_by_lr='yes'"),
     (dict(updaters="all"), TypeError, r"`updaters` must be a mapping.*Received: updaters='all'"),
-    (dict(updaters={"(": optimizers.Frozen()}), ValueError, r"not a valid regex"),
+    (dict(updaters={"(": optimizers.Frozen()}), ValueError, r"invalid regex"),
     (dict(updaters={"w": "overwrite"}), TypeError, r"`updater` must be a VariableUpdater.*Received: updater='overwrite'"),
 ]
 

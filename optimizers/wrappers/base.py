@@ -24,6 +24,7 @@ from optimizers.keras_compat import (
     transform_unaggregated_gradients,
     variable_key,
 )
+from optimizers.template import CustomOptimizerV2
 from optimizers.updaters import get_updater
 
 __all__ = ["OptimizerWrapper"]
@@ -55,15 +56,21 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         Optional. Runs in replica context before the inner step, and may
         change the gradients it receives.
     ``prepare(self, dtype, coefficients) -> None``
-        Optional. Runs once per step and dtype after the inner step.
-        ``coefficients`` holds every hyperparameter as a ``dtype`` tensor
-        (schedules evaluated at the step, as the inner optimizer did) and
-        ``"step"``, the 1-based number of the step just taken.
+        Optional. Runs once per step and dtype. ``coefficients`` holds every
+        hyperparameter as a ``dtype`` tensor (schedules evaluated at the step,
+        as the inner optimizer did), ``"step"``, the 1-based number of this
+        step, and ``"iterations"``, the same number as an exact int64 (read
+        the step from it, not from ``self.iterations``: see below).
     ``after_step(self, var, slots, coefficients) -> op``
-        Optional. Runs per wrapped variable after the inner step, inside the
-        strategy's update context (on each replica's copy); with
-        ``jit_compile`` it is compiled, one function per shape and dtype, so
-        it must not branch on the variable's name.
+        Optional. Runs per wrapped variable after the inner optimizer's update
+        of it, inside the strategy's update context (on each replica's copy);
+        with ``jit_compile`` it is compiled and shared by variables of one
+        shape and dtype, so it must not branch on the variable's name. With
+        an inner optimizer written on :class:`~optimizers.CustomOptimizerV2`
+        it runs inside the inner step, in the same compiled function as the
+        variable's update (one pass over memory), before the inner optimizer
+        counts the step in ``iterations``; with any other, after the inner
+        step.
 
     Guaranteed by the base: the wrapper and the inner optimizer share one
     step counter (``iterations``), the learning rate and the inner
@@ -269,10 +276,16 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         with tf.control_dependencies(checks if not tf.executing_eagerly() else []):
             grads_and_vars = list(self.before_step(grads_and_vars))
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
+            has_after_step = type(self).after_step is not OptimizerWrapper.after_step
+            if has_after_step and isinstance(self._optimizer, CustomOptimizerV2):
+                # after_step runs inside the inner step, fused into its compiled updates.
+                with self._optimizer.running_after_update(self):
+                    return self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
+                                                           **kwargs)
             update = self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
                                                      **kwargs)
         wrapped = [v for v in var_list if self.wraps(v)]
-        if not wrapped or type(self).after_step is OptimizerWrapper.after_step:
+        if not wrapped or not has_after_step:
             return update
         with tf.control_dependencies([update] if not tf.executing_eagerly() else []):
             counted = True if before is None else self.iterations > before
@@ -291,14 +304,30 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def _transform_unaggregated_gradients(self, grads_and_vars: Iterable) -> list:
         return transform_unaggregated_gradients(self._optimizer, list(grads_and_vars))
 
-    def step_coefficients(self, dtype: tf.DType) -> dict[str, Any]:
-        """The coefficients :meth:`after_step` receives (after the inner step)."""
-        iterations = self.iterations - 1  # the inner optimizer has counted this step
+    def step_coefficients(self, dtype: tf.DType, iterations: Any = None) -> dict[str, Any]:
+        """The coefficients :meth:`after_step` receives: every hyperparameter at the step
+        ``iterations`` (the steps taken before this one; defaults to ``self.iterations - 1``,
+        read after the inner step counted it), ``"step"``, then :meth:`prepare`'s values."""
+        if iterations is None:
+            iterations = self.iterations - 1
         coefficients = {name: tf.identity(self.hyperparameter(name, dtype, iterations))
                         for name in self.hyperparameter_names}
         coefficients["step"] = tf.cast(iterations + 1, dtype)
+        coefficients["iterations"] = tf.cast(iterations, tf.int64) + 1
         self.prepare(dtype, coefficients)
         return coefficients
+
+    def slots_of(self, var: tf.Variable) -> dict[str, tf.Variable]:
+        """The wrapper's slots of ``var``, as :meth:`after_step` receives them."""
+        return slots_lib.get_slots(self, var, self._specs_of(var))
+
+    def after_variable(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict) -> Any:
+        """:meth:`after_step` of one variable, compiled (one function per shape and dtype) with
+        ``jit_compile``."""
+        if self.jit_compile and is_plain_resource_variable(var):
+            key = ("after",) + compiled.signature(var, {})
+            return self._compiled.run(self.after_step, key, var, slots, coefficients)
+        return self.after_step(var, slots, coefficients)
 
     def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any) -> Any:
         by_dtype: dict = {}
@@ -315,11 +344,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def _after_step_fn(self, var: tf.Variable, coefficients: dict, counted: Any) -> Any:
         if counted is not True:  # a tensor: the inner optimizer may have skipped the step
             return tf.cond(counted, lambda: tf.group(self._after_step_fn(var, coefficients, True)), tf.no_op)
-        var_slots = slots_lib.get_slots(self, var, self._specs_of(var))
-        if self.jit_compile and is_plain_resource_variable(var):
-            key = ("after",) + compiled.signature(var, {})
-            return self._compiled.run(self.after_step, key, var, var_slots, coefficients)
-        return self.after_step(var, var_slots, coefficients)
+        return self.after_variable(var, self.slots_of(var), coefficients)
 
     # ------------------------------------------------------------ config, saving
     def _config_value(self, pname: str) -> Any:

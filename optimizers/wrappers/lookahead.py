@@ -69,8 +69,8 @@ class Lookahead(OptimizerWrapper):
 
     def prepare(self, dtype, coefficients):
         # Once per step: has the inner optimizer just taken a multiple of sync_period steps?
-        # `iterations` counts the step just taken, an exact int64.
-        coefficients["sync"] = tf.equal(self.iterations % self.sync_period, 0)
+        # coefficients["iterations"] counts the step being taken, an exact int64.
+        coefficients["sync"] = tf.equal(coefficients["iterations"] % self.sync_period, 0)
 
     def after_step(self, var, slots, coefficients):
         slow = slots["slow"]

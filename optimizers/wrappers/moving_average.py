@@ -114,7 +114,7 @@ class MovingAverage(AveragingWrapper):
 
     def prepare(self, dtype: tf.DType, coefficients: dict[str, Any]) -> None:
         """:math:`d_t`, computed in float32 from :math:`t` (the steps before this one)."""
-        step = tf.cast(self.iterations - 1, tf.float32)
+        step = tf.cast(coefficients["iterations"] - 1, tf.float32)
         decay = tf.cast(evaluate(self._read_hyperparameter("average_decay"), step), tf.float32)
         if self.num_updates is not None:
             n = tf.cast(self.num_updates, tf.float32)

@@ -90,7 +90,7 @@ class SWA(AveragingWrapper):
 
     def prepare(self, dtype: tf.DType, coefficients: dict[str, Any]) -> None:
         """Whether this step takes a snapshot, and :math:`n`, from the exact int64 step counter."""
-        since_start = self.iterations - 1 - self.start_averaging  # t - s
+        since_start = coefficients["iterations"] - 1 - self.start_averaging  # t - s
         coefficients["snapshot"] = tf.logical_and(since_start >= 0, since_start % self.average_period == 0)
         coefficients["snapshots"] = tf.cast(tf.maximum(since_start // self.average_period, 0), dtype)
 

@@ -2,8 +2,9 @@
 
 * Dense: ``AdamW`` (decay + Adam, XLA-compiled per variable) against tf_keras's
   legacy ``Adam`` (one fused C++ kernel, no decay at all) on the same ~8M
-  float32 parameters. Goal <= 1.3, in wall time per step and in process CPU
-  time per step (the work done, steadier on a shared machine).
+  float32 parameters. Goal <= 1.10 (the decay is fused into the same pass
+  over memory), in wall time per step and in process CPU time per step (the
+  work done, steadier on a shared machine).
 * Sparse, ``lazy=True``: the same 4096 touched rows (out of a 1M-row and a
   16k-row table); ratio of the step times, goal <= 2: the step's cost follows
   the touched rows, not the table. The default (non-lazy) sparse AdamW, whose
@@ -83,9 +84,9 @@ def cases() -> list[Case]:
     from optimizers import AdamW, keras
 
     out = [
-        Case("AdamW (XLA per variable) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.3,
+        Case("AdamW (XLA per variable) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.1,
              lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3), repeats=30)),
-        Case("AdamW / fused Adam, 8M f32, CPU time per step", "tf_keras legacy Adam", 1.3,
+        Case("AdamW / fused Adam, 8M f32, CPU time per step", "tf_keras legacy Adam", 1.1,
              lambda: cpu_seconds_per_step(lambda: AdamW(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3))),
         Case("AdamW lazy sparse: 1M-row / 16k-row table, 4096 rows", "same optimizer, 16k rows", 2.0,
              lambda: sparse_ratio(lambda: AdamW(1e-4, 1e-3, lazy=True))),

@@ -129,6 +129,15 @@ class OptimizerBase(OptimizerV2):
         saving.slot_index(self)[(var.name, slot_name)] = (var, slot)
         return slot
 
+    def minimize(self, loss: Any, var_list: Any, grad_loss: Any = None, name: str | None = None,
+                 decay_var_list: Any = None, tape: tf.GradientTape | None = None) -> Any:
+        """Minimize ``loss`` (see OptimizerV2). ``decay_var_list``, when given, goes to
+        ``apply_gradients``: the variables that are weight-decayed (a wrapper passes it on to
+        the inner optimizer)."""
+        grads_and_vars = self._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
+        kwargs = {} if decay_var_list is None else {"decay_var_list": decay_var_list}
+        return self.apply_gradients(grads_and_vars, name=name, **kwargs)
+
     def save_own_variables(self, store: Any) -> None:
         """Write ``iterations``, hyperparameters and slots (``.keras`` format)."""
         saving.save_own_variables(self, store)

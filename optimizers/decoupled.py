@@ -164,12 +164,6 @@ class DecoupledWeightDecayExtension(OptimizerBase):
         finally:
             self._decay_var_mask = None
 
-    def minimize(self, loss: Any, var_list: Any, grad_loss: Any = None, name: str | None = None,
-                 decay_var_list: Iterable[tf.Variable] | None = None, tape: tf.GradientTape | None = None) -> Any:
-        """Minimize ``loss`` (see OptimizerV2); ``decay_var_list`` as in :meth:`apply_gradients`."""
-        grads_and_vars = self._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
-        return self.apply_gradients(grads_and_vars, name=name, decay_var_list=decay_var_list)
-
     # ---------------------------------------------------- the decay (non-template bases)
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
         super()._prepare_local(var_device, var_dtype, apply_state)

@@ -1,0 +1,59 @@
+"""The dense step against its physical floor, on the same ~8M float32 parameters (8 variables of 1M).
+
+The floor of a step is one XLA pass over its memory and nothing else: a compiled function per
+variable that reads the gradient, the variable and ``n`` slots and writes the variable and the
+slots back (each plus the gradient: one add per element, no arithmetic worth the name). Adam and
+AdamW move 2 slots (``m``, ``v``), so their floor reads 4 and writes 3 arrays per element;
+``MovingAverage(AdamW)`` adds the average, so its floor has 3 slots. Ratios to the floor say how
+far a step is from what the memory allows on this machine (printed, no goal); the goals against
+the fused Adam kernel are in ``bench_adamw.py``, ``bench_template.py`` and
+``bench_moving_average.py``. The fused kernel's own ratio to the floor is printed for reference.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from benchmarks.common import Case, compare
+from optimizers import Adam, AdamW, MovingAverage, keras
+
+
+class Floor:
+    """``apply_gradients`` that only reads and writes the memory of a step with ``slots`` slots."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._slots: dict = {}
+
+        @tf.function(jit_compile=True)
+        def touch(grad, var, var_slots):
+            for x in [var] + var_slots:
+                x.assign_add(grad, read_value=False)
+            return tf.constant(True)
+
+        self._touch = touch
+
+    def apply_gradients(self, grads_and_vars) -> None:
+        for grad, var in grads_and_vars:
+            key = var.ref()
+            if key not in self._slots:
+                with tf.init_scope():
+                    self._slots[key] = [tf.Variable(tf.zeros_like(var)) for _ in range(self.slots)]
+            self._touch(grad, var, self._slots[key])
+
+
+def cases() -> list[Case]:
+    def adam():
+        return keras.optimizers.legacy.Adam(1e-3)
+
+    no_goal = float("inf")
+    return [
+        Case("floor: fused Adam / floor (2 slots), 8M f32", "XLA read+write pass", no_goal,
+             lambda: compare(adam, lambda: Floor(2), repeats=30)),
+        Case("floor: template Adam / floor (2 slots), 8M f32", "XLA read+write pass", no_goal,
+             lambda: compare(lambda: Adam(1e-3), lambda: Floor(2), repeats=30)),
+        Case("floor: AdamW / floor (2 slots), 8M f32", "XLA read+write pass", no_goal,
+             lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: Floor(2), repeats=30)),
+        Case("floor: MovingAverage(AdamW) / floor (3 slots), 8M f32", "XLA read+write pass", no_goal,
+             lambda: compare(lambda: MovingAverage(AdamW(1e-4, 1e-3)), lambda: Floor(3), repeats=30)),
+    ]

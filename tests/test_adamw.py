@@ -9,6 +9,7 @@ float32 variables (as in Keras 2 and TFA) are rounded to float32 for the referen
 import numpy as np
 import pytest
 import tensorflow as tf
+from catalogue.trajectories import numpy_gradient, trajectory
 
 import optimizers
 from optimizers import SGDW, AdamW
@@ -58,21 +59,6 @@ def make_variables(dtype):
     return kernel, bias
 
 
-def trajectory(optimizer, kernel_grads, bias_grads, dtype, mode="eager", **apply_kwargs):
-    kernel, bias = make_variables(dtype)
-
-    def step(g, b):
-        optimizer.apply_gradients([(g, kernel), (b, bias)], **apply_kwargs)
-
-    if mode == "function":
-        step = tf.function(step)
-    out = []
-    for g, b in zip(kernel_grads, bias_grads):
-        step(g, b)
-        out.append((kernel.numpy().copy(), bias.numpy().copy()))
-    return out
-
-
 def numpy_trajectory(kind, kwargs, kernel_grads, bias_grads, dtype, decayed=("kernel", "bias")):
     """The float64 reference; ``decayed`` names the variables that are weight-decayed."""
     hyper = {"lr": _f32(kwargs["learning_rate"]), "weight_decay": _f32(kwargs["weight_decay"]),
@@ -87,12 +73,7 @@ def numpy_trajectory(kind, kwargs, kernel_grads, bias_grads, dtype, decayed=("ke
     kernel, bias = (v.numpy().astype(np.float64) for v in make_variables(dtype))
     kernel_slots, bias_slots, out = {}, {}, []
     for step, (g, b) in enumerate(zip(kernel_grads, bias_grads), start=1):
-        rows = None
-        if isinstance(g, tf.IndexedSlices):
-            rows = g.indices.numpy()
-            g = reference.densify(g.values.numpy().astype(np.float64), rows, SHAPE)
-        else:
-            g = g.numpy().astype(np.float64)
+        g, rows = numpy_gradient(g, SHAPE)
         wd = hyper["weight_decay"]
         kernel, kernel_slots = rule(kernel, g, kernel_slots, step=step, rows=rows,
                                     **{**hyper, "weight_decay": wd if "kernel" in decayed else 0.0})
@@ -118,7 +99,7 @@ def assert_trajectories(ours, expected, dtype, what):
 def test_equals_numpy_reference(case, sparse, dtype, mode):
     kind, kwargs = CASES[case]
     kernel_grads, bias_grads = gradients(sparse, dtype)
-    ours = trajectory(kind(**kwargs), kernel_grads, bias_grads, dtype, mode)
+    ours = trajectory(kind(**kwargs), zip(kernel_grads, bias_grads), make_variables(dtype), mode)
     assert ours[-1][0].dtype == dtype.as_numpy_dtype
     assert_trajectories(ours, numpy_trajectory(kind, kwargs, kernel_grads, bias_grads, dtype), dtype, "numpy")
 
@@ -129,8 +110,9 @@ def test_equals_numpy_reference(case, sparse, dtype, mode):
 @pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "plain"])
 def test_adamw_without_decay_equals_builtin_adam(kwargs, sparse, dtype, jit_compile):
     kernel_grads, bias_grads = gradients(sparse, dtype)
-    ours = trajectory(AdamW(0.0, jit_compile=jit_compile, **ADAM, **kwargs), kernel_grads, bias_grads, dtype)
-    builtin = trajectory(keras.optimizers.legacy.Adam(**ADAM, **kwargs), kernel_grads, bias_grads, dtype)
+    grads = list(zip(kernel_grads, bias_grads))
+    ours = trajectory(AdamW(0.0, jit_compile=jit_compile, **ADAM, **kwargs), grads, make_variables(dtype))
+    builtin = trajectory(keras.optimizers.legacy.Adam(**ADAM, **kwargs), grads, make_variables(dtype))
     assert_trajectories(ours, builtin, dtype, "tf_keras Adam")
 
 
@@ -140,8 +122,9 @@ def test_adamw_without_decay_equals_builtin_adam(kwargs, sparse, dtype, jit_comp
                          ids=["plain", "momentum", "nesterov"])
 def test_sgdw_without_decay_equals_builtin_sgd(kwargs, sparse, dtype):
     kernel_grads, bias_grads = gradients(sparse, dtype)
-    ours = trajectory(SGDW(0.0, learning_rate=0.1, **kwargs), kernel_grads, bias_grads, dtype)
-    builtin = trajectory(keras.optimizers.legacy.SGD(learning_rate=0.1, **kwargs), kernel_grads, bias_grads, dtype)
+    grads = list(zip(kernel_grads, bias_grads))
+    ours = trajectory(SGDW(0.0, learning_rate=0.1, **kwargs), grads, make_variables(dtype))
+    builtin = trajectory(keras.optimizers.legacy.SGD(learning_rate=0.1, **kwargs), grads, make_variables(dtype))
     assert_trajectories(ours, builtin, dtype, "tf_keras SGD")
 
 
@@ -150,7 +133,7 @@ def test_exclude_from_weight_decay_and_decay_var_list(kind):
     kwargs = dict(CASES["adamw" if kind is AdamW else "sgdw_momentum"][1], exclude_from_weight_decay=["bias"])
     kernel_grads, bias_grads = gradients(False, tf.float32)
 
-    ours = trajectory(kind(**kwargs), kernel_grads, bias_grads, tf.float32)
+    ours = trajectory(kind(**kwargs), zip(kernel_grads, bias_grads), make_variables(tf.float32))
     expected = numpy_trajectory(kind, kwargs, kernel_grads, bias_grads, tf.float32, decayed=("kernel",))
     assert_trajectories(ours, expected, tf.float32, "numpy, bias excluded")
 
@@ -335,8 +318,8 @@ def test_mirrored_strategy_equals_one_device_with_summed_gradients(case, sparse,
     kind, kwargs = CASES[case]
     kernel_grads, bias_grads = gradients(sparse, tf.float32)
     # Two replicas with the same gradient: Keras 2 sums them.
-    expected = trajectory(kind(**kwargs), [_doubled(g) for g in kernel_grads], [_doubled(b) for b in bias_grads],
-                          tf.float32)
+    expected = trajectory(kind(**kwargs), [(_doubled(g), _doubled(b)) for g, b in zip(kernel_grads, bias_grads)],
+                          make_variables(tf.float32))
     with mirrored.scope():
         optimizer = kind(**kwargs)
         kernel, bias = make_variables(tf.float32)

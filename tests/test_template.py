@@ -5,6 +5,7 @@ float16/32/64, eager and tf.function, with and without XLA."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from catalogue.trajectories import numpy_gradient, trajectory
 
 from optimizers import SGD, Adam
 
@@ -38,20 +39,8 @@ def _gradients(sparse, dtype, seed=0):
     return grads, bias_grads
 
 
-def _trajectory(optimizer, grads, bias_grads, dtype, mode):
-    kernel = tf.Variable(np.linspace(-1, 1, 12).reshape(SHAPE), dtype=dtype)
-    bias = tf.Variable([0.5, -0.5, 1.0], dtype=dtype)
-
-    def step(g, b):
-        optimizer.apply_gradients([(g, kernel), (b, bias)])
-
-    if mode == "function":
-        step = tf.function(step)
-    out = []
-    for g, b in zip(grads, bias_grads):
-        step(g, b)
-        out.append((kernel.numpy().copy(), bias.numpy().copy()))
-    return out
+def _variables(dtype):
+    return tf.Variable(np.linspace(-1, 1, 12).reshape(SHAPE), dtype=dtype), tf.Variable([0.5, -0.5, 1.0], dtype=dtype)
 
 
 def _numpy_trajectory(rule, hyper, grads, bias_grads, dtype):
@@ -64,10 +53,7 @@ def _numpy_trajectory(rule, hyper, grads, bias_grads, dtype):
     bias = np.array([0.5, -0.5, 1.0], dtype=dtype.as_numpy_dtype).astype(np_dtype)
     ks, bs, out = {}, {}, []
     for step, (g, b) in enumerate(zip(grads, bias_grads), start=1):
-        if isinstance(g, tf.IndexedSlices):
-            g = reference.densify(g.values.numpy().astype(np_dtype), g.indices.numpy(), SHAPE)
-        else:
-            g = g.numpy().astype(np_dtype)
+        g, _ = numpy_gradient(g, SHAPE)
         kernel, ks = rule(kernel, g, ks, lr, step=step, **hyper)
         bias, bs = rule(bias, b.numpy().astype(np_dtype), bs, lr, step=step, **hyper)
         out.append((kernel, bias))
@@ -85,9 +71,10 @@ CASES_LR = 0.1
 def test_equals_builtin_and_numpy(case, sparse, dtype, mode, jit_compile):
     hyper, rule, kind = CASES[case]
     grads, bias_grads = _gradients(sparse, dtype)
-    ours = _trajectory(OURS[kind](jit_compile=jit_compile, **hyper), grads, bias_grads, dtype, mode)
+    steps = list(zip(grads, bias_grads))
+    ours = trajectory(OURS[kind](jit_compile=jit_compile, **hyper), steps, _variables(dtype), mode)
     builtin_cls = getattr(keras.optimizers.legacy, kind)
-    builtin = _trajectory(builtin_cls(**hyper), grads, bias_grads, dtype, mode)
+    builtin = trajectory(builtin_cls(**hyper), steps, _variables(dtype), mode)
     expected = _numpy_trajectory(rule, hyper, grads, bias_grads, dtype)
     tol = TOLERANCE[dtype]
     for step, ((k, b), (bk, bb), (nk, nb)) in enumerate(zip(ours, builtin, expected), start=1):

@@ -10,7 +10,8 @@ docstrings), a test pins TFA's behaviour and ours.
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_adamw import ADAM, SHAPE, assert_trajectories, gradients, make_variables, trajectory
+from catalogue.trajectories import trajectory
+from test_adamw import ADAM, SHAPE, assert_trajectories, gradients, make_variables
 
 from optimizers import SGDW, AdamW
 
@@ -73,8 +74,9 @@ def test_step_by_step_equal_to_tfa(scenario, mode):
     kind, make_kwargs, sparse, dtype = SCENARIOS[scenario]
     ours, theirs = _pair(kind, make_kwargs)
     kernel_grads, bias_grads = gradients(sparse, dtype)
-    expected = trajectory(theirs, kernel_grads, bias_grads, dtype, mode)
-    assert_trajectories(trajectory(ours, kernel_grads, bias_grads, dtype, mode), expected, dtype, "TFA")
+    grads = list(zip(kernel_grads, bias_grads))
+    expected = trajectory(theirs, grads, make_variables(dtype), mode)
+    assert_trajectories(trajectory(ours, grads, make_variables(dtype), mode), expected, dtype, "TFA")
 
 
 @pytest.mark.parametrize("kind", ["AdamW", "SGDW"])
@@ -150,8 +152,9 @@ def test_lazy_rule_equal_to_tfa_lazy_adam(dtype):
     # compared with LazyAdam at weight_decay=0; the decay of touched rows is shared with the default sparse path,
     # compared with TFA above, and the whole lazy AdamW with the numpy reference in test_adamw.py.
     kernel_grads, bias_grads = gradients(True, dtype)
-    assert_trajectories(trajectory(AdamW(0.0, lazy=True, **ADAM), kernel_grads, bias_grads, dtype),
-                        trajectory(tfa.optimizers.LazyAdam(**ADAM), kernel_grads, bias_grads, dtype), dtype,
+    grads = list(zip(kernel_grads, bias_grads))
+    assert_trajectories(trajectory(AdamW(0.0, lazy=True, **ADAM), grads, make_variables(dtype)),
+                        trajectory(tfa.optimizers.LazyAdam(**ADAM), grads, make_variables(dtype)), dtype,
                         "TFA LazyAdam")
 
 
@@ -188,5 +191,6 @@ def test_config_holds_tfa_keys_and_tfa_config_builds_ours(kind):
     defaults = set(getattr(tfa.optimizers, kind)(weight_decay=0.1).get_config())
     assert defaults <= set(OURS[kind](weight_decay=0.1).get_config())  # also with every default
     kernel_grads, bias_grads = gradients(True, tf.float32)
-    assert_trajectories(trajectory(ours, kernel_grads, bias_grads, tf.float32),
-                        trajectory(theirs, kernel_grads, bias_grads, tf.float32), tf.float32, "TFA")
+    grads = list(zip(kernel_grads, bias_grads))
+    assert_trajectories(trajectory(ours, grads, make_variables(tf.float32)),
+                        trajectory(theirs, grads, make_variables(tf.float32)), tf.float32, "TFA")

@@ -4,6 +4,7 @@ LossScaleOptimizer, and state restored before the first step."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from catalogue.trajectories import scaled_step
 
 import optimizers
 from optimizers import Adam
@@ -55,14 +56,6 @@ def test_inner_hyperparameters_are_read_and_set_through_the_wrapper():
         wrapper.beta_1 = 1.5
 
 
-def _scaled_step(opt, var, grad, scale_owner):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(var * grad)
-        scaled = scale_owner.get_scaled_loss(loss)
-    grads = scale_owner.get_unscaled_gradients(tape.gradient(scaled, [var]))
-    opt.apply_gradients(zip(grads, [var]))
-
-
 @pytest.mark.parametrize("order", ["lso_outside", "lso_inside"])
 def test_composes_with_loss_scale_optimizer_in_both_orders(order):
     init = np.array([0.5, -0.25], np.float32)
@@ -78,7 +71,7 @@ def test_composes_with_loss_scale_optimizer_in_both_orders(order):
     for step in range(3):
         grad = tf.constant([step + 1.0, -2.0])
         plain.apply_gradients([(grad, plain_var)])
-        _scaled_step(scaled, scaled_var, grad, scaled)
+        scaled_step(scaled, scaled_var, grad, scaled)
     np.testing.assert_array_equal(scaled_var.numpy(), plain_var.numpy())
     np.testing.assert_array_equal(averaging.average_of(scaled_var).numpy(), plain.average_of(plain_var).numpy())
     assert int(scaled.iterations) == 3

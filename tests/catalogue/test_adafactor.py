@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import slots as slots_lib
 from catalogue import ref_adafactor as ref
+from catalogue.trajectories import numpy_gradient
 from optimizers.rules.adafactor import Adafactor
 
 import reference
@@ -104,12 +105,7 @@ def numpy_trajectory(kwargs, grads, dtype, trace=None):
     out = []
     for iterations, g in enumerate(grads):
         for name, grad in g.items():
-            rows = None
-            if isinstance(grad, tf.IndexedSlices):
-                rows = np.unique(grad.indices.numpy())
-                grad = reference.densify(grad.values.numpy().astype(np.float64), grad.indices.numpy(), SHAPES[name])
-            else:
-                grad = grad.numpy().astype(np.float64)
+            grad, rows = numpy_gradient(grad, SHAPES[name])
             decayed = not any(re.search(p, name) for p in excluded)
             params[name], slots[name] = rule.step(params[name], grad, rows, slots[name], iterations,
                                                   dtype.as_numpy_dtype, decayed=decayed, trace=trace)

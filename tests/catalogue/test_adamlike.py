@@ -15,13 +15,13 @@ import pytest
 import tensorflow as tf
 
 from catalogue import ref_adamlike as ref
+from catalogue.trajectories import numpy_gradient, trajectory
 from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.lazy_adam import LazyAdam
 from optimizers.rules.lion import Lion
 from optimizers.rules.rectified_adam import RectifiedAdam
 from optimizers.rules.yogi import Yogi
 
-import reference
 from conftest import TOLERANCE, keras
 
 CLASSES = {cls.__name__: cls for cls in (LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion)}
@@ -78,22 +78,6 @@ def make_variables(dtype):
             tf.Variable([0.5, -0.5, 1.0], dtype=dtype, name="bias"))
 
 
-def trajectory(optimizer, grads, dtype, mode="eager"):
-    """(kernel, bias) after each step."""
-    kernel, bias = make_variables(dtype)
-
-    def step(g, b):
-        optimizer.apply_gradients([(g, kernel), (b, bias)])
-
-    if mode == "function":
-        step = tf.function(step)
-    out = []
-    for g, b in grads:
-        step(g, b)
-        out.append((kernel.numpy().copy(), bias.numpy().copy()))
-    return out
-
-
 def numpy_trajectory(cls_name, kwargs, grads, dtype):
     rule = ref.rule_for(cls_name, kwargs)
     excluded = kwargs.get("exclude_from_weight_decay") or []
@@ -102,12 +86,7 @@ def numpy_trajectory(cls_name, kwargs, grads, dtype):
     out = []
     for t, (g, b) in enumerate(grads, start=1):
         for name, grad in (("kernel", g), ("bias", b)):
-            rows = None
-            if isinstance(grad, tf.IndexedSlices):
-                rows = np.unique(grad.indices.numpy())
-                grad = reference.densify(grad.values.numpy().astype(np.float64), grad.indices.numpy(), SHAPE)
-            else:
-                grad = grad.numpy().astype(np.float64)
+            grad, rows = numpy_gradient(grad, SHAPE)
             decayed = not any(re.search(p, name) for p in excluded)
             params[name], slots[name] = rule.step(params[name], grad, rows, slots[name], t, decayed)
         out.append((params["kernel"], params["bias"]))
@@ -130,7 +109,7 @@ def assert_trajectories(ours, expected, dtype, what, tol=None):
 def test_equals_numpy_reference(case, sparse, dtype, mode, jit_compile):
     cls_name, kwargs = CASES[case]
     grads = gradients(sparse, dtype)
-    ours = trajectory(CLASSES[cls_name](jit_compile=jit_compile, **kwargs), grads, dtype, mode)
+    ours = trajectory(CLASSES[cls_name](jit_compile=jit_compile, **kwargs), grads, make_variables(dtype), mode)
     assert ours[-1][0].dtype == dtype.as_numpy_dtype
     assert_trajectories(ours, numpy_trajectory(cls_name, kwargs, grads, dtype), dtype, "numpy")
 
@@ -140,7 +119,7 @@ def test_equals_numpy_reference(case, sparse, dtype, mode, jit_compile):
 def test_float16_equals_numpy_reference(case, sparse):
     cls_name, kwargs = CASES[case]
     grads = gradients(sparse, tf.float16)
-    ours = trajectory(CLASSES[cls_name](**kwargs), grads, tf.float16, "function")
+    ours = trajectory(CLASSES[cls_name](**kwargs), grads, make_variables(tf.float16), "function")
     assert ours[-1][0].dtype == np.float16
     assert_trajectories(ours, numpy_trajectory(cls_name, kwargs, grads, tf.float16), tf.float16, "numpy",
                         tol=dict(rtol=1e-2, atol=1e-2))
@@ -156,7 +135,8 @@ def test_cases_take_every_branch():
     assert [t <= total * proportion for t in range(1, STEPS + 1)].count(True) == 1
     assert ref.warmup_lr(0.1, 7, total, ref.f32(proportion), 0.01) == pytest.approx(0.01)
     # Yogi's l1 step sets weights to exactly zero in its case
-    kernel = trajectory(Yogi(**CASES["yogi_tanh_l1_l2"][1]), gradients(False, tf.float32), tf.float32)[-1][0]
+    kernel = trajectory(Yogi(**CASES["yogi_tanh_l1_l2"][1]), gradients(False, tf.float32),
+                        make_variables(tf.float32))[-1][0]
     assert np.any(kernel == 0.0)
 
 
@@ -169,7 +149,8 @@ def test_config_round_trip_and_same_steps(case):
     rebuilt = cls.from_config(config)
     assert rebuilt.get_config() == config
     grads = gradients(True, tf.float32)
-    for ours, theirs in zip(trajectory(rebuilt, grads, tf.float32), trajectory(optimizer, grads, tf.float32)):
+    ours_run = trajectory(rebuilt, grads, make_variables(tf.float32))
+    for ours, theirs in zip(ours_run, trajectory(optimizer, grads, make_variables(tf.float32))):
         np.testing.assert_array_equal(ours[0], theirs[0])
         np.testing.assert_array_equal(ours[1], theirs[1])
 
@@ -253,7 +234,7 @@ def test_lion_equals_keras3_lion(case, sparse, dtype, mode):
     kwargs = dict(CASES[case][1])
     excluded = kwargs.pop("exclude_from_weight_decay", None)
     grads = gradients(sparse, dtype)
-    ours = trajectory(Lion(**CASES[case][1]), grads, dtype, mode)
+    ours = trajectory(Lion(**CASES[case][1]), grads, make_variables(dtype), mode)
     theirs_opt = keras3.optimizers.Lion(**kwargs)
     if excluded:
         theirs_opt.exclude_from_weight_decay(var_names=excluded)

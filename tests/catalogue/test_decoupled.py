@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import optimizers
 from catalogue.test_adamlike import SHAPE, assert_trajectories, gradients, make_variables
+from catalogue.trajectories import numpy_gradient, trajectory
 from optimizers.decoupled import DecoupledWeightDecayExtension, extend_with_decoupled_weight_decay
 from optimizers.rules.cocob import COCOB
 from optimizers.rules.lamb import LAMB
@@ -88,12 +89,7 @@ def numpy_trajectory(case, grads, dtype, decayed=None):
     out = []
     for t, (g, b) in enumerate(grads, start=1):
         for name, grad in (("kernel", g), ("bias", b)):
-            rows = None
-            if isinstance(grad, tf.IndexedSlices):
-                rows = np.unique(grad.indices.numpy())
-                grad = reference.densify(grad.values.numpy().astype(np.float64), grad.indices.numpy(), SHAPE)
-            else:
-                grad = grad.numpy().astype(np.float64)
+            grad, rows = numpy_gradient(grad, SHAPE)
             is_decayed = (name in decayed) if decayed is not None else not any(re.search(p, name) for p in excluded)
             param = params[name]
             if is_decayed:
@@ -117,36 +113,15 @@ def numpy_trajectory(case, grads, dtype, decayed=None):
     return out
 
 
-def trajectory(optimizer, grads, dtype, mode="eager", decay_var_list=None):
-    """(kernel, bias) after each step; ``decay_var_list(kernel, bias)`` gives apply_gradients' argument."""
-    kernel, bias = make_variables(dtype)
-    kwargs = {} if decay_var_list is None else {"decay_var_list": decay_var_list(kernel, bias)}
-
-    def step(g, b):
-        optimizer.apply_gradients([(g, kernel), (b, bias)], **kwargs)
-
-    if mode == "function":
-        step = tf.function(step)
-    out = []
-    for g, b in grads:
-        step(g, b)
-        out.append((kernel.numpy().copy(), bias.numpy().copy()))
-    return out
-
-
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_equals_numpy_reference(case, sparse, dtype, mode):
     grads = gradients(sparse, dtype)
-    ours = trajectory(_make(case), grads, dtype, mode)
+    ours = trajectory(_make(case), grads, make_variables(dtype), mode)
     assert ours[-1][0].dtype == dtype.as_numpy_dtype
     assert_trajectories(ours, numpy_trajectory(case, grads, dtype), dtype, "numpy")
-
-
-def _decay_var_list(which):
-    return lambda kernel, bias: {"kernel": [kernel], "none": []}[which]
 
 
 @pytest.mark.parametrize("which", ["kernel", "none"])
@@ -154,7 +129,9 @@ def _decay_var_list(which):
 def test_decay_var_list_in_apply_gradients_decides_alone(case, which):
     """It overrides ``exclude_from_weight_decay``; an empty list decays nothing (TFA: everything)."""
     grads = gradients(True, tf.float32)
-    ours = trajectory(_make(case), grads, tf.float32, "function", decay_var_list=_decay_var_list(which))
+    optimizer, (kernel, bias) = _make(case), make_variables(tf.float32)
+    decay_var_list = {"kernel": [kernel], "none": []}[which]
+    ours = trajectory(optimizer, grads, (kernel, bias), "function", decay_var_list=decay_var_list)
     decayed = {"kernel": {"kernel"}, "none": set()}[which]
     assert_trajectories(ours, numpy_trajectory(case, grads, tf.float32, decayed), tf.float32, "numpy")
 
@@ -205,7 +182,8 @@ def test_config_round_trip_and_same_steps(case):
     rebuilt = type(optimizer).from_config(config)
     assert rebuilt.get_config() == config
     grads = gradients(True, tf.float32)
-    for ours, theirs in zip(trajectory(rebuilt, grads, tf.float32), trajectory(_make(case), grads, tf.float32)):
+    ours_run = trajectory(rebuilt, grads, make_variables(tf.float32))
+    for ours, theirs in zip(ours_run, trajectory(_make(case), grads, make_variables(tf.float32))):
         np.testing.assert_array_equal(ours[0], theirs[0])
         np.testing.assert_array_equal(ours[1], theirs[1])
 

@@ -11,12 +11,15 @@ deliberately differ (documented in ``DecoupledWeightDecayExtension``), a test pi
 behaviour and ours.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import optimizers
 from catalogue.test_adamlike import gradients, make_variables
+from catalogue.trajectories import trajectory
 from optimizers.decoupled import extend_with_decoupled_weight_decay
 
 from conftest import HAS_TFA, TOLERANCE, keras
@@ -52,21 +55,7 @@ def _classes(base_name):
     return extend_with_decoupled_weight_decay(base), tfa.optimizers.extend_with_decoupled_weight_decay(base)
 
 
-def run(optimizer, grads, dtype, mode, decay_var_list=None):
-    """Weights and optimizer state after each step."""
-    kernel, bias = make_variables(dtype)
-    kwargs = {} if decay_var_list is None else {"decay_var_list": decay_var_list(kernel, bias)}
-
-    def step(g, b):
-        optimizer.apply_gradients([(g, kernel), (b, bias)], **kwargs)
-
-    if mode == "function":
-        step = tf.function(step)
-    out = []
-    for g, b in grads:
-        step(g, b)
-        out.append([kernel.numpy().copy(), bias.numpy().copy()] + [np.array(w) for w in optimizer.get_weights()])
-    return out
+run = functools.partial(trajectory, with_weights=True)  # weights and optimizer state after each step
 
 
 def assert_same(ours, theirs):
@@ -83,7 +72,8 @@ def test_equals_tfa_bit_for_bit(name, sparse, dtype, mode):
     base_name, make_kwargs, _ = SCENARIOS[name]
     ours_cls, tfa_cls = _classes(base_name)
     grads = gradients(sparse, dtype)
-    assert_same(run(ours_cls(**make_kwargs()), grads, dtype, mode), run(tfa_cls(**make_kwargs()), grads, dtype, mode))
+    assert_same(run(ours_cls(**make_kwargs()), grads, make_variables(dtype), mode),
+                run(tfa_cls(**make_kwargs()), grads, make_variables(dtype), mode))
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
@@ -91,7 +81,8 @@ def test_template_adam_matches_tfa_over_keras_adam(sparse):
     ours = extend_with_decoupled_weight_decay(optimizers.Adam)(0.05, 0.1, jit_compile=False)
     theirs = tfa.optimizers.extend_with_decoupled_weight_decay(keras.optimizers.legacy.Adam)(0.05, learning_rate=0.1)
     grads = gradients(sparse, tf.float32)
-    ours_run, theirs_run = run(ours, grads, tf.float32, "function"), run(theirs, grads, tf.float32, "function")
+    ours_run = run(ours, grads, make_variables(tf.float32), "function")
+    theirs_run = run(theirs, grads, make_variables(tf.float32), "function")
     for a, b in zip(ours_run, theirs_run):  # the weights; the template orders its state its own way
         np.testing.assert_allclose(a[0], b[0], **TOLERANCE[tf.float32])
         np.testing.assert_allclose(a[1], b[1], **TOLERANCE[tf.float32])
@@ -100,9 +91,11 @@ def test_template_adam_matches_tfa_over_keras_adam(sparse):
 def test_decay_var_list_in_apply_gradients_equals_tfa():
     ours_cls, tfa_cls = _classes("Adam")
     grads = gradients(True, tf.float32)
-    only_bias = lambda kernel, bias: [bias]  # noqa: E731
-    assert_same(run(ours_cls(0.1, learning_rate=0.05), grads, tf.float32, "function", only_bias),
-                run(tfa_cls(0.1, learning_rate=0.05), grads, tf.float32, "function", only_bias))
+    runs = []
+    for cls in (ours_cls, tfa_cls):
+        optimizer, (kernel, bias) = cls(0.1, learning_rate=0.05), make_variables(tf.float32)
+        runs.append(run(optimizer, grads, (kernel, bias), "function", decay_var_list=[bias]))
+    assert_same(*runs)
 
 
 def test_differences_from_tfa_are_pinned():
@@ -142,7 +135,8 @@ def test_tfa_config_builds_ours(name):
     ours = ours_cls.from_config(config)
     assert set(ours.get_config()) == set(config)
     grads = gradients(False, tf.float32)
-    assert_same(run(ours, grads, tf.float32, "eager"), run(tfa_cls.from_config(config), grads, tf.float32, "eager"))
+    assert_same(run(ours, grads, make_variables(tf.float32), "eager"),
+                run(tfa_cls.from_config(config), grads, make_variables(tf.float32), "eager"))
 
 
 def test_tfa_checkpoint_resumes_in_ours(tmp_path):

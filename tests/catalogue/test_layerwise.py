@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from catalogue import ref_layerwise as ref
+from catalogue.trajectories import trajectory
 from optimizers.rules.cocob import COCOB
 from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
@@ -100,21 +101,6 @@ def make_variables(dtype):
             tf.Variable([0.5, -0.5, 1.0], dtype=dtype, name="bias"))
 
 
-def trajectory(optimizer, grads, dtype, mode="eager", **apply_kwargs):
-    kernel, bias = make_variables(dtype)
-
-    def step(g, b):
-        optimizer.apply_gradients([(g, kernel), (b, bias)], **apply_kwargs)
-
-    if mode == "function":
-        step = tf.function(step)
-    out = []
-    for g, b in grads:
-        step(g, b)
-        out.append((kernel.numpy().copy(), bias.numpy().copy()))
-    return out
-
-
 def numpy_trajectory(rule, grads, dtype):
     kernel, bias = (v.numpy() for v in make_variables(dtype))
     steps = []
@@ -146,7 +132,7 @@ CASE_SPARSE = [(c, sparse) for c in sorted(CASES) for sparse in (False, True) if
 def test_equals_numpy_reference(case, sparse, dtype, run):
     mode, jit_compile = RUNS[run]
     grads = gradients(sparse, dtype)
-    ours = trajectory(build(case, jit_compile=jit_compile), grads, dtype, mode)
+    ours = trajectory(build(case, jit_compile=jit_compile), grads, make_variables(dtype), mode)
     assert ours[-1][0].dtype == dtype.as_numpy_dtype
     assert_trajectories(ours, numpy_trajectory(reference_rule(case), grads, dtype), dtype, "numpy")
 
@@ -156,15 +142,16 @@ def test_config_round_trip_before_and_after_training(case):
     optimizer = build(case, clipnorm=2.0)
     config = optimizer.get_config()
     assert type(optimizer).from_config(config).get_config() == config
-    trajectory(optimizer, gradients(True, tf.float32)[:2], tf.float32, "function")
+    trajectory(optimizer, gradients(True, tf.float32)[:2], make_variables(tf.float32), "function")
     trained = optimizer.get_config()
     json.dumps(trained)  # plain Python values: no numpy scalars (TFA's COCOB and ProximalAdagrad have them)
     rebuilt = type(optimizer).from_config(trained)
     assert rebuilt.get_config() == trained
     # The rebuilt optimizer takes the same steps as a fresh one.
     grads = gradients(False, tf.float32, seed=1)
-    assert_trajectories(trajectory(rebuilt, grads, tf.float32), trajectory(build(case, clipnorm=2.0), grads,
-                                                                          tf.float32), tf.float32, "fresh optimizer")
+    ours = trajectory(rebuilt, grads, make_variables(tf.float32))
+    fresh = trajectory(build(case, clipnorm=2.0), grads, make_variables(tf.float32))
+    assert_trajectories(ours, fresh, tf.float32, "fresh optimizer")
 
 
 DISTRIBUTED = {
@@ -237,7 +224,7 @@ def test_lamb_decay_var_list_chooses_the_decayed_variables():
     kwargs = dict(learning_rate=0.1, weight_decay=0.2, exclude_from_weight_decay=["bias"],
                   exclude_from_layer_adaptation=["nothing"])
     grads = gradients(False, tf.float32)
-    ours = trajectory(LAMB(**kwargs), grads, tf.float32, decay_var_list=[])  # no variable
+    ours = trajectory(LAMB(**kwargs), grads, make_variables(tf.float32), decay_var_list=[])  # no variable
     expected = numpy_trajectory(ref.LAMB(**kwargs, decayed=()), grads, tf.float32)
     assert_trajectories(ours, expected, tf.float32, "numpy, nothing decayed")
     optimizer, (kernel, bias) = LAMB(**kwargs), make_variables(tf.float32)
@@ -288,8 +275,8 @@ def test_cocob_sparse_step_equals_the_dense_step(case):
     """Rows a sparse step leaves alone would not change under the dense rule either (g = 0)."""
     sparse = gradients(True, tf.float64)
     dense = [(tf.convert_to_tensor(g), b) for g, b in sparse]
-    assert_trajectories(trajectory(build(case), sparse, tf.float64), trajectory(build(case), dense, tf.float64),
-                        tf.float64, "the dense step")
+    ours = trajectory(build(case), sparse, make_variables(tf.float64))
+    assert_trajectories(ours, trajectory(build(case), dense, make_variables(tf.float64)), tf.float64, "the dense step")
 
 
 def test_cocob_slots_and_tfa_config_values():

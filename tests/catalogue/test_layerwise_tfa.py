@@ -29,8 +29,8 @@ from catalogue.test_layerwise import (
     make_variables,
     numpy_trajectory,
     reference_rule,
-    trajectory,
 )
+from catalogue.trajectories import trajectory
 from optimizers.rules.cocob import COCOB
 from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
@@ -79,16 +79,16 @@ def test_step_by_step_equal_to_tfa(scenario, sparse, dtype, run):
     ours, theirs = _pair(scenario, jit_compile=jit_compile)
     grads = gradients(sparse, dtype)
     exact = not jit_compile and not (SCENARIOS[scenario][0] == "LAMB" and mode == "function")
-    assert_trajectories(trajectory(ours, grads, dtype, mode), trajectory(theirs, grads, dtype, mode), dtype, "TFA",
-                        exact=exact)
+    assert_trajectories(trajectory(ours, grads, make_variables(dtype), mode),
+                        trajectory(theirs, grads, make_variables(dtype), mode), dtype, "TFA", exact=exact)
 
 
 @pytest.mark.parametrize("scenario", ["lamb", "lamb_split"])
 def test_lamb_in_a_tf_function_equals_tfa_eager_bit_for_bit(scenario):
     ours, theirs = _pair(scenario, jit_compile=False)
     grads = gradients(False, tf.float32)
-    assert_trajectories(trajectory(ours, grads, tf.float32, "function"), trajectory(theirs, grads, tf.float32),
-                        tf.float32, "TFA eager", exact=True)
+    assert_trajectories(trajectory(ours, grads, make_variables(tf.float32), "function"),
+                        trajectory(theirs, grads, make_variables(tf.float32)), tf.float32, "TFA eager", exact=True)
 
 
 def _model(kind):
@@ -152,7 +152,8 @@ def test_config_holds_tfa_keys_and_tfa_config_builds_ours(kind):
     assert set(tfa_config) <= set(ours.get_config())
     sparse = kind != "COCOB"
     grads = gradients(sparse, tf.float32)
-    assert_trajectories(trajectory(ours, grads, tf.float32), trajectory(theirs, grads, tf.float32), tf.float32, "TFA")
+    assert_trajectories(trajectory(ours, grads, make_variables(tf.float32)),
+                        trajectory(theirs, grads, make_variables(tf.float32)), tf.float32, "TFA")
 
     # After training: TFA's config (numpy scalars now) still builds ours, which continues as TFA does.
     trained_config = theirs.get_config()
@@ -161,7 +162,8 @@ def test_config_holds_tfa_keys_and_tfa_config_builds_ours(kind):
             tfa_cls.from_config(dict(trained_config))
     ours = OURS[kind].from_config(dict(trained_config))
     more = gradients(sparse, tf.float32, seed=1)
-    assert_trajectories(trajectory(ours, more, tf.float32), trajectory(tfa_cls(**CONFIG_KWARGS[kind]), more, tf.float32),
+    assert_trajectories(trajectory(ours, more, make_variables(tf.float32)),
+                        trajectory(tfa_cls(**CONFIG_KWARGS[kind]), more, make_variables(tf.float32)),
                         tf.float32, "a fresh TFA optimizer")
 
 
@@ -239,16 +241,17 @@ def test_proximal_adagrad_config_keeps_legacy_decay_where_tfa_drops_it():
     kwargs = dict(learning_rate=0.2, decay=0.1)
     assert "decay" not in tfa.optimizers.ProximalAdagrad(**kwargs).get_config()  # TFA's reload loses the decay
     grads = gradients(True, tf.float32)
-    expected = trajectory(tfa.optimizers.ProximalAdagrad(**kwargs), grads, tf.float32)
+    expected = trajectory(tfa.optimizers.ProximalAdagrad(**kwargs), grads, make_variables(tf.float32))
     rebuilt = ProximalAdagrad.from_config(ProximalAdagrad(**kwargs).get_config())
-    assert_trajectories(trajectory(rebuilt, grads, tf.float32), expected, tf.float32, "TFA with decay")
+    assert_trajectories(trajectory(rebuilt, grads, make_variables(tf.float32)), expected, tf.float32,
+                        "TFA with decay")
 
 
 def test_lamb_epsilon_zero_where_tfa_raises():
     grads = gradients(False, tf.float32)
     with pytest.raises(AttributeError, match="backend_config"):
         tfa.optimizers.LAMB(epsilon=0.0)
-    assert_trajectories(trajectory(build("lamb_epsilon_zero"), grads, tf.float32),
+    assert_trajectories(trajectory(build("lamb_epsilon_zero"), grads, make_variables(tf.float32)),
                         numpy_trajectory(reference_rule("lamb_epsilon_zero"), grads, tf.float32), tf.float32, "numpy")
 
 
@@ -257,9 +260,9 @@ def test_novograd_amsgrad_with_sparse_gradients_where_tfa_raises(dtype):
     kwargs = SCENARIOS["novograd_amsgrad"][1]
     grads = gradients(True, dtype)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        trajectory(tfa.optimizers.NovoGrad(**kwargs), grads, dtype)
-    assert_trajectories(trajectory(NovoGrad(**kwargs), grads, dtype), numpy_trajectory(ref.NovoGrad(**kwargs), grads,
-                                                                                        dtype), dtype, "numpy")
+        trajectory(tfa.optimizers.NovoGrad(**kwargs), grads, make_variables(dtype))
+    assert_trajectories(trajectory(NovoGrad(**kwargs), grads, make_variables(dtype)),
+                        numpy_trajectory(ref.NovoGrad(**kwargs), grads, dtype), dtype, "numpy")
 
 
 def test_novograd_get_config_keeps_amsgrad_where_tfa_drops_it():
@@ -274,27 +277,27 @@ def test_novograd_get_config_keeps_amsgrad_where_tfa_drops_it():
 def test_cocob_sparse_where_tfa_raises():
     grads = gradients(True, tf.float32)
     with pytest.raises(NotImplementedError):
-        trajectory(tfa.optimizers.COCOB(), grads, tf.float32)
-    assert_trajectories(trajectory(COCOB(), grads, tf.float32),
+        trajectory(tfa.optimizers.COCOB(), grads, make_variables(tf.float32))
+    assert_trajectories(trajectory(COCOB(), grads, make_variables(tf.float32)),
                         numpy_trajectory(reference_rule("cocob"), grads, tf.float32), tf.float32, "numpy")
 
 
 def test_conditional_gradient_schedule_where_tfa_raises():
     with pytest.raises(ValueError, match="ExponentialDecay"):
         trajectory(tfa.optimizers.ConditionalGradient(keras.optimizers.schedules.ExponentialDecay(0.9, 2, 0.5)),
-                   gradients(False, tf.float32), tf.float32)
+                   gradients(False, tf.float32), make_variables(tf.float32))
     grads = gradients(False, tf.float32)
-    assert_trajectories(trajectory(build("cg_fro_schedule"), grads, tf.float32),
+    assert_trajectories(trajectory(build("cg_fro_schedule"), grads, make_variables(tf.float32)),
                         numpy_trajectory(reference_rule("cg_fro_schedule"), grads, tf.float32), tf.float32, "numpy")
 
 
 def test_conditional_gradient_applies_legacy_decay_where_tfa_ignores_it():
     grads = gradients(False, tf.float32)
     kwargs = dict(learning_rate=0.8, lambda_=0.5)
-    tfa_decayed = trajectory(tfa.optimizers.ConditionalGradient(decay=0.5, **kwargs), grads, tf.float32)
-    tfa_plain = trajectory(tfa.optimizers.ConditionalGradient(**kwargs), grads, tf.float32)
+    tfa_decayed = trajectory(tfa.optimizers.ConditionalGradient(decay=0.5, **kwargs), grads, make_variables(tf.float32))
+    tfa_plain = trajectory(tfa.optimizers.ConditionalGradient(**kwargs), grads, make_variables(tf.float32))
     assert_trajectories(tfa_decayed, tfa_plain, tf.float32, "TFA without decay", exact=True)  # TFA's bug
-    ours = trajectory(ConditionalGradient(decay=0.5, **kwargs), grads, tf.float32)
+    ours = trajectory(ConditionalGradient(decay=0.5, **kwargs), grads, make_variables(tf.float32))
     assert_trajectories(ours, numpy_trajectory(ref.ConditionalGradient(decay=0.5, **kwargs), grads, tf.float32),
                         tf.float32, "numpy, decay applied")
     assert not np.allclose(ours[-1][0], tfa_plain[-1][0])

@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 import optimizers
+from catalogue.trajectories import scaled_step
 from optimizers.callbacks_swa import AverageModelCheckpoint
 from optimizers.wrappers.gradient_accumulation import GradientAccumulation
 from optimizers.wrappers.lookahead import Lookahead
@@ -305,14 +306,6 @@ def test_accumulation_equals_one_step_on_the_concatenated_batch(inner, strategy,
     assert int(small.optimizer.iterations.numpy()) == 2 and float(small.optimizer.accumulated_steps.numpy()) == 0
 
 
-def _scaled_step(opt, var, grad, scale_owner):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(var * grad)
-        scaled = scale_owner.get_scaled_loss(loss)
-    grads = scale_owner.get_unscaled_gradients(tape.gradient(scaled, [var]))
-    opt.apply_gradients(zip(grads, [var]))
-
-
 @pytest.mark.parametrize("order", ["lso_outside", "lso_inside"])
 def test_accumulation_composes_with_loss_scale_optimizer(order):
     init = np.array([0.5, -0.25], np.float32)
@@ -326,7 +319,7 @@ def test_accumulation_composes_with_loss_scale_optimizer(order):
     for step in range(5):
         grad = tf.constant([step + 1.0, -2.0])
         plain.apply_gradients([(grad, plain_var)])
-        _scaled_step(scaled, scaled_var, grad, scaled)
+        scaled_step(scaled, scaled_var, grad, scaled)
         np.testing.assert_array_equal(scaled_var.numpy(), plain_var.numpy())
     assert int(scaled.iterations.numpy()) == int(plain.iterations.numpy()) == 2
 

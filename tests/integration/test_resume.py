@@ -1,6 +1,7 @@
 """tf.train.Checkpoint / CheckpointManager: N steps, save, restore in a new process, M more steps:
 bit-identical to N+M steps without interruption, for every optimizer of the table (updaters included)."""
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -11,20 +12,23 @@ import pytest
 from integration.optimizers_under_test import IDS, OPTIMIZERS
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
-pytestmark = pytest.mark.xdist_group("resume")  # one pair of worker processes for the whole table (make test: --dist loadgroup)
 
 
-# Session scope: under --dist loadgroup the group's tests need not run back to back on their worker,
-# and a module-scoped fixture would then be torn down and the two processes run again.
 @pytest.fixture(scope="session")
 def resumed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume")
-    results = {}
-    for mode in ("first", "second"):  # two processes, one after the other
-        out = str(root / f"{mode}.npz")
-        subprocess.run([sys.executable, WORKER, mode, str(root / "ckpt"), out], check=True, timeout=300)
-        results[mode] = dict(np.load(out))
-    return results
+    """The two processes' results, computed once per test run: under pytest-xdist the first worker
+    to need them runs the two processes (one after the other) while holding a lock in the run's
+    shared temporary directory, and every other worker reads its files."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "resume"  # this run's, shared
+    root.mkdir(exist_ok=True)
+    outs = {mode: root / f"{mode}.npz" for mode in ("first", "second")}
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not outs["second"].exists():
+            for mode, out in outs.items():
+                subprocess.run([sys.executable, WORKER, mode, str(root / "ckpt"), str(out)], check=True, timeout=300)
+    return {mode: dict(np.load(out)) for mode, out in outs.items()}
 
 
 @pytest.mark.slow

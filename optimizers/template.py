@@ -396,8 +396,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                     or not getattr(self._rule_of(var), "jit_compile", False)):
                 rest.append((grad, var))
                 continue
-            step, var_slots, coefficients, key = self._compiled_inputs(var, apply_state)
-            if step is None:
+            step, var_slots, coefficients, key, complete = self._compiled_inputs(var, apply_state)
+            if not complete:  # a wrapper's after_step that is not compiled: the per-variable path runs it
                 rest.append((grad, var))
                 continue
             groups.setdefault((var.device,) + key, (step, coefficients, []))[2].append((grad, var, var_slots))
@@ -409,19 +409,17 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
     def _compiled_inputs(self, var: tf.Variable, apply_state: dict | None) -> tuple:
-        """``(step, slots, coefficients, key)`` of the compiled dense step of ``var``: its rule's
-        ``apply_dense``, fused with the running wrapper's ``after_step`` (``step`` is ``None`` if
-        that one is not compiled)."""
+        """``(step, slots, coefficients, key, complete)`` of the compiled dense step of ``var``: its
+        rule's ``apply_dense``, fused with the running wrapper's ``after_step`` when that one
+        compiles too (else ``complete`` is false: the wrapper's ``after_step`` is still to run)."""
         rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
         key = (id(rule),) + compiled.signature(var, options)
         after = self._after_inputs(var, apply_state)
-        if after is None:
-            return rule.apply_dense, var_slots, coefficients, key
+        if after is None or not after[0].jit_compile:
+            return rule.apply_dense, var_slots, coefficients, key, after is None
         wrapper, after_slots, after_coefficients = after
-        if not wrapper.jit_compile:
-            return None, None, None, None
         return (_UpdateThenAfter(rule, wrapper), (var_slots, after_slots), (coefficients, after_coefficients),
-                key + (id(wrapper),))
+                key + (id(wrapper),), True)
 
     def _after_inputs(self, var: tf.Variable, apply_state: dict | None) -> tuple | None:
         """``(wrapper, slots, coefficients)`` of the running wrapper's ``after_step`` of ``var``, or ``None``."""
@@ -435,7 +433,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                 coefficients = wrapper.step_coefficients(dtype, self.iterations)
             if apply_state is not None:
                 apply_state[(device, dtype, "after")] = coefficients
-        return wrapper, wrapper.slots_of(var), coefficients
+        return wrapper, wrapper._slots_of(var), coefficients
 
     def _then_after(self, update: Any, var: tf.Variable, apply_state: dict | None) -> Any:
         """``update``, then the running wrapper's ``after_step`` of ``var``, if any."""
@@ -444,10 +442,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return update
         wrapper, after_slots, coefficients = after
         with tf.control_dependencies([update]):
-            return wrapper.after_variable(var, after_slots, coefficients)
+            return wrapper._after_variable(var, after_slots, coefficients)
 
     @contextlib.contextmanager
-    def running_after_update(self, wrapper: Any) -> Iterator[None]:
+    def _running_after_update(self, wrapper: Any) -> Iterator[None]:
         """Within this context, every variable ``wrapper`` wraps gets ``wrapper.after_step``
         right after this optimizer's update of it, in the same compiled function when both
         compile: one pass over memory and one call per chunk, instead of two (used by
@@ -460,12 +458,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict | None = None) -> Any:
         if getattr(self._rule_of(handle), "jit_compile", False) and is_plain_resource_variable(handle):
-            step, var_slots, coefficients, key = self._compiled_inputs(handle, apply_state)
-            if step is not None:
-                return self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)
-            rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
-            key = ("dense", id(rule)) + compiled.signature(handle, options)
-            update = self._compiled.run(rule.apply_dense, key, grad, handle, var_slots, coefficients)
+            step, var_slots, coefficients, key, complete = self._compiled_inputs(handle, apply_state)
+            update = self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)
+            if complete:
+                return update
         else:
             rule, var_slots, coefficients, _ = self._rule_inputs(handle, apply_state)
             update = rule.apply_dense(grad, handle, var_slots, coefficients)

@@ -279,7 +279,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             has_after_step = type(self).after_step is not OptimizerWrapper.after_step
             if has_after_step and isinstance(self._optimizer, CustomOptimizerV2):
                 # after_step runs inside the inner step, fused into its compiled updates.
-                with self._optimizer.running_after_update(self):
+                with self._optimizer._running_after_update(self):
                     return self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
                                                            **kwargs)
             update = self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
@@ -317,11 +317,11 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         self.prepare(dtype, coefficients)
         return coefficients
 
-    def slots_of(self, var: tf.Variable) -> dict[str, tf.Variable]:
+    def _slots_of(self, var: tf.Variable) -> dict[str, tf.Variable]:
         """The wrapper's slots of ``var``, as :meth:`after_step` receives them."""
         return slots_lib.get_slots(self, var, self._specs_of(var))
 
-    def after_variable(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict) -> Any:
+    def _after_variable(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict) -> Any:
         """:meth:`after_step` of one variable, compiled (one function per shape and dtype) with
         ``jit_compile``."""
         if self.jit_compile and is_plain_resource_variable(var):
@@ -344,7 +344,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def _after_step_fn(self, var: tf.Variable, coefficients: dict, counted: Any) -> Any:
         if counted is not True:  # a tensor: the inner optimizer may have skipped the step
             return tf.cond(counted, lambda: tf.group(self._after_step_fn(var, coefficients, True)), tf.no_op)
-        return self.after_variable(var, self.slots_of(var), coefficients)
+        return self._after_variable(var, self._slots_of(var), coefficients)
 
     # ------------------------------------------------------------ config, saving
     def _config_value(self, pname: str) -> Any:

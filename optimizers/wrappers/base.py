@@ -330,15 +330,37 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         return self.after_step(var, slots, coefficients)
 
     def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any) -> Any:
-        by_dtype: dict = {}
+        """:meth:`after_step` of every variable of ``var_list`` after the inner step (an inner
+        optimizer not written on the template). Without a strategy, the compiled steps of the
+        small variables run in chunks of one shape and dtype (see ``optimizers/compiled.py``)."""
+        by_dtype = {dtype: self.step_coefficients(dtype) for dtype in {v.dtype.base_dtype for v in var_list}}
+        groups: dict = {}
+        if self.jit_compile and not tf.distribute.has_strategy():
+            rest = []
+            for var in var_list:
+                size = var.shape.num_elements()
+                if is_plain_resource_variable(var) and size is not None and size <= compiled.BATCH_MAX_ELEMENTS:
+                    groups.setdefault((var.device,) + compiled.signature(var, {}), []).append(
+                        (var, self._slots_of(var)))
+                else:
+                    rest.append(var)
+            var_list = rest
+
+        def run_groups() -> Any:
+            calls = []
+            for key, items in groups.items():
+                with tf.device(key[0]):
+                    calls.extend(self._compiled.run_group(self.after_step, ("after",) + key[1:], items,
+                                                          by_dtype[key[2]]))
+            return tf.group(calls)
+
         ops = []
+        if groups:
+            ops.append(run_groups() if counted is True else tf.cond(counted, run_groups, tf.no_op))
         for var in var_list:
-            dtype = var.dtype.base_dtype
-            if dtype not in by_dtype:
-                by_dtype[dtype] = self.step_coefficients(dtype)
             with strategy.extended.colocate_vars_with(var):
                 ops.extend(tf.nest.flatten(strategy.extended.update(
-                    var, self._after_step_fn, args=(by_dtype[dtype], counted), group=False)))
+                    var, self._after_step_fn, args=(by_dtype[var.dtype.base_dtype], counted), group=False)))
         return tf.group([op for op in ops if op is not None])
 
     def _after_step_fn(self, var: tf.Variable, coefficients: dict, counted: Any) -> Any:

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from optimizers.keras_compat import keras
+from optimizers.rule import sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 
@@ -121,7 +122,7 @@ class ConditionalGradient(CustomOptimizerV2):
     def _target(self, grad, coefficients):
         if self.ord == "nuclear":
             return top_singular_direction(grad)
-        return grad / (tf.reduce_sum(grad**2) ** 0.5 + coefficients["epsilon"])
+        return grad / (tf.sqrt(sum_of_squares(grad, self.jit_compile)) + coefficients["epsilon"])
 
     def update_dense(self, grad, var, slots, coefficients):
         return var.assign(var * coefficients["learning_rate"] - coefficients["step_size"] * self._target(grad, coefficients))

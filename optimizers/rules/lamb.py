@@ -9,6 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_number
+from optimizers.rule import sum_of_squares
 from optimizers.template import CustomOptimizerV2
 from optimizers.weight_decay import VariableMask
 
@@ -137,7 +138,8 @@ class LAMB(CustomOptimizerV2):
             update += coefficients["weight_decay_factor"] * var
         ratio = 1.0
         if coefficients["layer_adaptation"]:
-            w_norm, u_norm = tf.norm(var, ord=2), tf.norm(update, ord=2)
+            w_norm = tf.sqrt(sum_of_squares(var, self.jit_compile))
+            u_norm = tf.sqrt(sum_of_squares(update, self.jit_compile))
             ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, tf.ones_like(w_norm))
         new_var = var - ratio * coefficients["learning_rate"] * update
         m.assign(m_t)

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
+from optimizers.rule import sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -106,7 +107,7 @@ class NovoGrad(CustomOptimizerV2):
 
     def _direction(self, grad, var_rows, slots, coefficients, rows=None):
         """``d`` for the gradient rows ``grad`` (the whole gradient when ``rows`` is None)."""
-        v, g2 = slots["v"], tf.reduce_sum(tf.square(grad))
+        v, g2 = slots["v"], sum_of_squares(grad, self.jit_compile)
         v_t = tf.where(coefficients["first_step"], g2, v * coefficients["beta_2"] + g2 * coefficients["one_minus_beta_2"])
         writes = [v.assign(v_t)]
         if self.amsgrad:

@@ -15,10 +15,12 @@ a chunk shares one call, and a chunk's function depends only on the group's
 signature and the chunk's size. So a template optimizer compiles at most
 ``len(CHUNK_SIZES)`` functions per signature group, however many variables
 the model has and whichever of them get a gradient in a step (a ``None``
-gradient only changes how many chunks run); a wrapper's own compiled step
-(an average update) adds one per shape and dtype. Large variables keep a call
-each, which TensorFlow runs in parallel. :func:`compiled_function_count`
-reads the count.
+gradient only changes how many chunks run). A wrapper's ``after_step`` (an
+average update) is compiled into those same functions when the inner
+optimizer is a template one; around any other inner optimizer it is chunked
+the same way, at most ``len(CHUNK_SIZES)`` functions per shape and dtype.
+Large variables keep a call each, which TensorFlow runs in parallel.
+:func:`compiled_function_count` reads the count.
 
 Why this mechanism (measured on 2 cores, ``benchmarks/bench_zoo.py``): XLA's
 cost to compile a function is about 0.1 s of CPU per function plus about
@@ -131,7 +133,8 @@ def compiled_function_count(optimizer: Any) -> int:
     """How many XLA functions ``optimizer`` has compiled for its steps: its own and, through
     wrappers (``inner_optimizer``), every inner optimizer's. Bounded, for a template optimizer,
     by ``len(CHUNK_SIZES)`` per signature group (rule, shape, dtype, options) of the variables it
-    has updated, plus one per shape and dtype for a wrapper's own compiled step."""
+    has updated (a wrapper's ``after_step`` fused in), or, for a wrapper around another optimizer,
+    ``len(CHUNK_SIZES)`` per shape and dtype for its own compiled step."""
     total, seen = 0, set()
     while optimizer is not None and id(optimizer) not in seen:
         seen.add(id(optimizer))

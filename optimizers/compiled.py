@@ -42,7 +42,9 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["CompiledSteps", "BATCH_MAX_ELEMENTS", "CHUNK_SIZES", "compiled_function_count"]
+from optimizers.keras_compat import is_plain_resource_variable
+
+__all__ = ["CompiledSteps", "BATCH_MAX_ELEMENTS", "CHUNK_SIZES", "batchable", "compiled_function_count"]
 
 # Variables up to this size are updated in chunks of one signature group (measured: 64
 # variables of 125k floats, 1.35x the fused Adam kernel with a call each, 1.05x batched;
@@ -82,6 +84,13 @@ class _Chunk(_Step):
 def signature(var: Any, options: dict) -> tuple:
     """What a compiled step of ``var`` depends on besides the rule."""
     return tuple(var.shape.as_list()), var.dtype.base_dtype, tuple(sorted(options.items()))
+
+
+def batchable(var: Any) -> bool:
+    """Whether ``var`` is updated in a chunk of its group: a plain resource variable of known size
+    up to ``BATCH_MAX_ELEMENTS`` (larger ones keep a call each)."""
+    size = var.shape.num_elements()
+    return is_plain_resource_variable(var) and size is not None and size <= BATCH_MAX_ELEMENTS
 
 
 def chunks(n: int) -> list[int]:

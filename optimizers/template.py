@@ -390,9 +390,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         groups: dict = {}
         rest = []
         for grad, var in grads_and_vars:
-            size = var.shape.num_elements()
-            if (isinstance(grad, tf.IndexedSlices) or not is_plain_resource_variable(var)
-                    or var.constraint is not None or size is None or size > compiled.BATCH_MAX_ELEMENTS
+            if (isinstance(grad, tf.IndexedSlices) or not compiled.batchable(var) or var.constraint is not None
                     or not getattr(self._rule_of(var), "jit_compile", False)):
                 rest.append((grad, var))
                 continue

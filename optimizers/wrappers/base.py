@@ -338,8 +338,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         if self.jit_compile and not tf.distribute.has_strategy():
             rest = []
             for var in var_list:
-                size = var.shape.num_elements()
-                if is_plain_resource_variable(var) and size is not None and size <= compiled.BATCH_MAX_ELEMENTS:
+                if compiled.batchable(var):
                     groups.setdefault((var.device,) + compiled.signature(var, {}), []).append(
                         (var, self._slots_of(var)))
                 else:

@@ -194,6 +194,10 @@ def check_updater(updater: object, argument: str = "updater") -> UpdateRule:
     return updater
 
 
+# Bumped by set_updater: optimizers resolve each variable's rule once, and again after it.
+_attachments = [0]
+
+
 def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
     """Attach ``updater`` to ``var`` (``None`` detaches it)."""
     if updater is not None:
@@ -201,6 +205,7 @@ def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
     if not isinstance(var, tf.Variable):
         raise TypeError(f"`var` must be a tf.Variable. Received: var={var!r}")
     object.__setattr__(distributed_container(var), _ATTR, updater)
+    _attachments[0] += 1
 
 
 def get_updater(var: tf.Variable) -> UpdateRule | None:
@@ -272,6 +277,7 @@ class Routing:
         self.patterns: dict[str, UpdateRule] = {}
         self._by_key: dict[Any, UpdateRule] = {}
         self._names = VariableMask()
+        self._resolved: dict[int, tuple] = {}  # id(var) -> (var, set_updater count, its rule)
         if updaters is None:
             return
         if isinstance(updaters, Mapping):
@@ -298,7 +304,15 @@ class Routing:
         return bool(self.patterns or self._by_key)
 
     def lookup(self, var: tf.Variable) -> UpdateRule | None:
-        """The rule for ``var``: the mapping first, then the variable's own updater."""
+        """The rule for ``var``: the mapping first, then the variable's own updater. Resolved once
+        per variable (and again after any :func:`set_updater`): a Keras 3 style
+        ``overwrite_with_gradient`` attribute must be set before the variable's first step."""
+        entry = self._resolved.get(id(var))
+        if entry is None or entry[0] is not var or entry[1] != _attachments[0]:
+            entry = self._resolved[id(var)] = (var, _attachments[0], self._resolve(var))
+        return entry[2]
+
+    def _resolve(self, var: tf.Variable) -> UpdateRule | None:
         if self._by_key:
             updater = self._by_key.get(variable_key(var))
             if updater is None and logical_variable(var) is not distributed_container(var):

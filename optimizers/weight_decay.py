@@ -67,6 +67,7 @@ class VariableMask:
         self.patterns: list[str] = []
         self._keys: set = set()
         self._matching: dict[str, tuple[str, ...]] = {}  # var.name -> the patterns found in it
+        self._matched: dict[int, tuple] = {}  # id(var) -> (var, whether it is in the mask)
         for item in items:
             if isinstance(item, str):
                 try:
@@ -89,10 +90,14 @@ class VariableMask:
         return found
 
     def matches(self, var: tf.Variable) -> bool:
-        """Whether ``var`` (or the distributed variable it belongs to) is in the mask."""
-        if self._keys and variable_key(var) in self._keys:
-            return True
-        return bool(self.patterns) and bool(self.matching_patterns(distributed_container(var).name))
+        """Whether ``var`` (or the distributed variable it belongs to) is in the mask; decided once
+        per variable."""
+        entry = self._matched.get(id(var))
+        if entry is None or entry[0] is not var:
+            found = (bool(self._keys) and variable_key(var) in self._keys) or (
+                bool(self.patterns) and bool(self.matching_patterns(distributed_container(var).name)))
+            entry = self._matched[id(var)] = (var, found)
+        return entry[1]
 
     def __bool__(self) -> bool:
         return bool(self.patterns or self._keys)

@@ -107,6 +107,7 @@ class CompiledSteps:
 
     def __init__(self) -> None:
         self._functions: dict[Hashable, Any] = {}
+        self._concrete: dict[Hashable, Any] = {}
 
     def __len__(self) -> int:
         return len(self._functions)
@@ -123,9 +124,23 @@ class CompiledSteps:
             compiled = self._functions[key] = tf.function(python_function, jit_compile=True)
         return compiled
 
+    def _call(self, key: Hashable, python_function: Callable[..., Any], args: tuple) -> Any:
+        """The function of ``key`` called through its concrete function: ``tf.function``'s dispatch
+        on the arguments' types costs about 0.6 ms per eager call (measured on a chunk of 8), more
+        than a chunk's update. Arguments of another structure or type under the same key are
+        refused while binding them, before anything runs, and go through the ``tf.function``."""
+        function = self.function(key, python_function)
+        concrete = self._concrete.get(key)
+        if concrete is None:
+            concrete = self._concrete[key] = function.get_concrete_function(*args)
+        try:
+            return concrete(*args)
+        except TypeError:
+            return function(*args)
+
     def run(self, step: Callable[..., Any], key: Hashable, *args: Any) -> Any:
         """``step(*args)`` compiled; ``key`` must identify ``step`` and the trace of ``args``."""
-        return self.function(key, _Step(step))(*args)
+        return self._call(key, _Step(step), args)
 
     def run_group(self, step: Callable[..., Any], key: Hashable, items: list[tuple], shared: Any) -> list:
         """``step(*item, shared)`` for every item, in chunks (``CHUNK_SIZES``), one compiled call each;
@@ -133,7 +148,7 @@ class CompiledSteps:
 
         calls, start = [], 0
         for size in chunks(len(items)):
-            calls.append(self.function(("group", size) + tuple(key), _Chunk(step))(items[start:start + size], shared))
+            calls.append(self._call(("group", size) + tuple(key), _Chunk(step), (items[start:start + size], shared)))
             start += size
         return calls
 

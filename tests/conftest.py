@@ -1,6 +1,7 @@
 """Shared test set-up: two logical CPU devices (for MirroredStrategy) and stack facts."""
 
 import os
+import socket
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -56,3 +57,10 @@ def _seed():
     np.random.seed(0)
     yield
     keras.backend.clear_session()
+
+
+def free_port() -> int:
+    """A TCP port on localhost that is free now (for in-process clusters and worker processes)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]

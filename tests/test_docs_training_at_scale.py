@@ -5,12 +5,13 @@ MultiWorkerMirroredStrategy script as two worker processes, which must end with 
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from conftest import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "training-at-scale.md")
@@ -46,15 +47,9 @@ def test_example_runs(title, tmp_path):
     assert proc.returncode == 0, out[-3000:]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_multi_worker_example_runs_on_two_workers(tmp_path):
-    cluster = {"worker": [f"localhost:{_free_port()}" for _ in range(2)]}
+    cluster = {"worker": [f"localhost:{free_port()}" for _ in range(2)]}
     procs = [_run(examples()["MultiWorkerMirroredStrategy"], tmp_path, f"worker{i}", env={"TF_CONFIG": json.dumps(
         {"cluster": cluster, "task": {"type": "worker", "index": i}})}) for i in range(2)]
     try:

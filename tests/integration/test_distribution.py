@@ -4,7 +4,6 @@ both; the overwrite updater's reductions (mean / max, never sum) hold under both
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,6 +13,8 @@ import tensorflow as tf
 
 import optimizers
 from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, case_model, data
+
+from conftest import free_port
 
 WORKER = os.path.join(os.path.dirname(__file__), "mwms_worker.py")
 
@@ -56,15 +57,9 @@ def test_mirrored_overwrite_reduction_in_model_fit(mirrored, reduction, expected
         assert component.numpy().tolist() == [expected]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(tmp_path):
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     procs = []
     for index in range(2):

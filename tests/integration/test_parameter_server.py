@@ -14,7 +14,6 @@ over both parameter servers by ``MinSizePartitioner``, so its gradients reach ea
 One cluster for the module (servers cannot be stopped in-process, so they live until the process ends).
 """
 
-import socket
 
 import numpy as np
 import pytest
@@ -23,6 +22,8 @@ import tensorflow as tf
 import optimizers
 import slots
 from integration.optimizers_under_test import BATCH, BY_NAME, IDS, OPTIMIZERS, batches, case_model, data, train_step
+
+from conftest import free_port
 
 pytestmark = pytest.mark.xdist_group("parameter_server")  # one cluster per process (make test: --dist loadgroup)
 
@@ -36,19 +37,13 @@ TWO_SHARDS = dict(min_shard_bytes=48, max_shards=2)
 THREE_SHARDS = dict(min_shard_bytes=32, max_shards=3)  # rows 3, 3, 2
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """Two workers and two parameter servers in this process; the resolver sees this process as chief."""
     spec = tf.train.ClusterSpec({
-        "chief": [f"localhost:{_free_port()}"],
-        "worker": [f"localhost:{_free_port()}" for _ in range(WORKERS)],
-        "ps": [f"localhost:{_free_port()}" for _ in range(PARAMETER_SERVERS)],
+        "chief": [f"localhost:{free_port()}"],
+        "worker": [f"localhost:{free_port()}" for _ in range(WORKERS)],
+        "ps": [f"localhost:{free_port()}" for _ in range(PARAMETER_SERVERS)],
     })
     config = tf.compat.v1.ConfigProto()
     config.inter_op_parallelism_threads = WORKERS + 2  # fewer deadlock closures on a 2-core machine

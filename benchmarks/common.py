@@ -72,3 +72,17 @@ def compare(make_ours: Callable[[], object], make_peer: Callable[[], object], re
         ours_t.append(median_step_seconds(ours, repeats=max(repeats // rounds, 3)))
         peer_t.append(median_step_seconds(peer, repeats=max(repeats // rounds, 3)))
     return min(ours_t), min(peer_t)
+
+
+def compiled_adam(*args, **kwargs):
+    """``optimizers.Adam`` with its fused kernel turned off: Adam's rule through the template's
+    compiled (or, with ``jit_compile=False``, plain-ops) step, what a rule without a hand-fused
+    kernel gets. ``optimizers.Adam`` itself runs TensorFlow's fused Adam kernel where nothing
+    else is fused into a variable's step."""
+    from optimizers import Adam
+
+    class CompiledAdam(Adam):
+        def dense_kernel(self, var, options):
+            return None
+
+    return CompiledAdam(*args, **kwargs)

@@ -9,7 +9,7 @@ optimizer can also be used as the updater of chosen variables.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -17,10 +17,13 @@ import tensorflow as tf
 from optimizers.hyperparameters import Hyperparameters
 from slots import SlotSpec
 
-__all__ = ["UpdateRule", "REDUCTIONS", "sum_of_squares"]
+__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "sum_of_squares"]
 
 #: How a rule's gradients are combined across replicas.
 REDUCTIONS = ("sum", "mean", "max", "none")
+
+#: The dtypes TensorFlow's fused optimizer kernels (``tf.raw_ops.ResourceApply*``) take on every device.
+KERNEL_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 def sum_of_squares(x: tf.Tensor, compiled: bool = True) -> tf.Tensor:
@@ -66,6 +69,15 @@ class UpdateRule(Hyperparameters):
         Optional. ``grad`` holds the rows ``indices``, which are unique
         (repeated indices were summed). The default scatters the rows into a
         dense gradient and calls ``update_dense``.
+
+    ``dense_kernel(self, var, options) -> Callable | None``
+        Optional. A hand-fused kernel that computes exactly this rule's dense
+        step of ``var`` (given its ``variable_options``), called as
+        ``kernel(grad, var, slots, coefficients)``; ``None`` (the default) when
+        there is none. The template runs it instead of ``update_dense`` when
+        nothing else is fused into the variable's step (no weight decay, no
+        wrapper's ``after_step``): one kernel that reads and writes each array
+        once, where an XLA step on CPU writes each array in a loop of its own.
 
     ``reduction`` (class attribute) says how the gradient is combined across
     replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or
@@ -113,6 +125,10 @@ class UpdateRule(Hyperparameters):
         rule on the gradient scattered into zeros; override for speed."""
         dense = tf.scatter_nd(tf.expand_dims(indices, -1), grad, tf.shape(var, out_type=indices.dtype))
         return self.update_dense(dense, var, slots, coefficients)
+
+    def dense_kernel(self, var: tf.Variable, options: Mapping[str, Hashable]) -> Callable | None:
+        """A hand-fused kernel computing exactly this rule's dense step of ``var``. Defaults to none."""
+        return None
 
     @property
     def rule_name(self) -> str:

@@ -100,6 +100,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             most two compiled functions per such group), one call per large
             variable (see ``optimizers/compiled.py``).
             Defaults to ``True``, measured faster on CPU (see ``benchmarks/``).
+            Either way, a rule's hand-fused kernel (``dense_kernel``: Adam's,
+            SGD's) runs instead for a variable with no weight decay and no
+            wrapper's ``after_step``.
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
@@ -394,7 +397,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                     or not getattr(self._rule_of(var), "jit_compile", False)):
                 rest.append((grad, var))
                 continue
-            step, var_slots, coefficients, key, complete = self._compiled_inputs(var, apply_state)
+            inputs = self._rule_inputs(var, apply_state)
+            if self._dense_kernel(inputs[0], var, inputs[3]) is not None:  # runs per variable, uncompiled
+                rest.append((grad, var))
+                continue
+            step, var_slots, coefficients, key, complete = self._compiled_inputs(var, apply_state, inputs)
             if not complete:  # a wrapper's after_step that is not compiled: the per-variable path runs it
                 rest.append((grad, var))
                 continue
@@ -406,11 +413,19 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         with tf.control_dependencies(calls):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
-    def _compiled_inputs(self, var: tf.Variable, apply_state: dict | None) -> tuple:
-        """``(step, slots, coefficients, key, complete)`` of the compiled dense step of ``var``: its
-        rule's ``apply_dense``, fused with the running wrapper's ``after_step`` when that one
-        compiles too (else ``complete`` is false: the wrapper's ``after_step`` is still to run)."""
-        rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
+    def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:
+        """``rule``'s hand-fused dense kernel of ``var`` (``UpdateRule.dense_kernel``) when nothing
+        is fused into its step (no weight decay of ``var``, no running wrapper's ``after_step``)."""
+        if options.get("decayed") or (self._after_update is not None and self._after_update.wraps(var)):
+            return None
+        return rule.dense_kernel(var, options)
+
+    def _compiled_inputs(self, var: tf.Variable, apply_state: dict | None, inputs: tuple) -> tuple:
+        """``(step, slots, coefficients, key, complete)`` of the compiled dense step of ``var``,
+        given its ``_rule_inputs``: its rule's ``apply_dense``, fused with the running wrapper's
+        ``after_step`` when that one compiles too (else ``complete`` is false: the wrapper's
+        ``after_step`` is still to run)."""
+        rule, var_slots, coefficients, options = inputs
         key = (id(rule),) + compiled.signature(var, options)
         after = self._after_inputs(var, apply_state)
         if after is None or not after[0].jit_compile:
@@ -455,13 +470,16 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             self._after_update = outer
 
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict | None = None) -> Any:
-        if getattr(self._rule_of(handle), "jit_compile", False) and is_plain_resource_variable(handle):
-            step, var_slots, coefficients, key, complete = self._compiled_inputs(handle, apply_state)
+        inputs = rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
+        kernel = self._dense_kernel(rule, handle, options)
+        if kernel is not None:
+            return kernel(grad, handle, var_slots, coefficients)
+        if getattr(rule, "jit_compile", False) and is_plain_resource_variable(handle):
+            step, var_slots, coefficients, key, complete = self._compiled_inputs(handle, apply_state, inputs)
             update = self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)
             if complete:
                 return update
         else:
-            rule, var_slots, coefficients, _ = self._rule_inputs(handle, apply_state)
             update = rule.apply_dense(grad, handle, var_slots, coefficients)
         return self._then_after(update, handle, apply_state)
 

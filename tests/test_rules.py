@@ -265,3 +265,69 @@ def test_routed_optimizer_follows_the_hosts_decay_var_list():
     host = SGD(0.0, weight_decay=0.5, updaters={"routed": optimizers.AdamW(weight_decay=0.5, learning_rate=0.0)})
     host.apply_gradients([(tf.constant([1.0]), routed), (tf.constant([1.0]), kernel)], decay_var_list=[kernel])
     assert (routed.numpy().tolist(), kernel.numpy().tolist()) == ([1.0], [0.5])
+
+
+def _kernel_pairs():
+    """(ours, tf_keras's built-in) pairs whose dense steps are the same fused kernel."""
+    legacy = keras.optimizers.legacy
+    return [
+        (Adam(0.01), legacy.Adam(0.01)),
+        (Adam(0.01, amsgrad=True, jit_compile=False), legacy.Adam(0.01, amsgrad=True)),
+        (optimizers.LazyAdam(0.01, beta_1=0.5), legacy.Adam(0.01, beta_1=0.5)),
+        # A variable excluded from AdamW's decay takes Adam's step.
+        (optimizers.AdamW(0.1, 0.01, exclude_from_weight_decay=["w"]), legacy.Adam(0.01)),
+        (SGD(0.1), legacy.SGD(0.1)),
+        (SGD(0.1, momentum=0.9, nesterov=True), legacy.SGD(0.1, momentum=0.9, nesterov=True)),
+        (optimizers.SGDW(0.1, 0.1, momentum=0.5, exclude_from_weight_decay=["w"]), legacy.SGD(0.1, momentum=0.5)),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+@pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64])
+def test_undecayed_adam_and_sgd_steps_equal_keras_builtins_bit_for_bit(mode, dtype):
+    """Without weight decay or a fused wrapper, a dense Adam or SGD step is TensorFlow's fused
+    kernel, the one tf_keras's built-ins run: the same bits, in every dtype."""
+    rng = np.random.RandomState(0)
+    init = rng.randn(4, 3).astype(dtype.as_numpy_dtype)
+    grads = [tf.constant(rng.randn(4, 3), dtype) for _ in range(4)]
+    for ours, peer in _kernel_pairs():
+        mine, theirs = tf.Variable(init, name="w"), tf.Variable(init, name="w")
+
+        def run(opt, var):
+            def step(grad):
+                opt.apply_gradients([(grad, var)])
+
+            step = tf.function(step) if mode == "tf_function" else step
+            for grad in grads:
+                step(grad)
+
+        run(ours, mine)
+        run(peer, theirs)
+        assert np.array_equal(mine.numpy(), theirs.numpy()), ours.get_config()
+        for name in peer.get_slot_names():
+            np.testing.assert_array_equal(ours.get_slot(mine, name).numpy(), peer.get_slot(theirs, name).numpy())
+
+
+def test_a_subclass_changing_the_rule_does_not_take_the_parents_kernel():
+    class DoubleStepAdam(Adam):
+        def update_dense(self, grad, var, slots, coefficients):
+            return super().update_dense(grad, var, slots, {**coefficients, "alpha": 2 * coefficients["alpha"]})
+
+    class Accelerated(SGD):
+        def _velocity_step(self, velocity, grad, coefficients):
+            return super()._velocity_step(velocity, 2 * grad, coefficients)
+
+    var = tf.Variable([1.0])
+    assert Adam().dense_kernel(var, {}) is not None and SGD(momentum=0.5).dense_kernel(var, {}) is not None
+    assert DoubleStepAdam().dense_kernel(var, {}) is None
+    assert Accelerated(momentum=0.5).dense_kernel(var, {}) is None
+    assert Adam().dense_kernel(tf.Variable([1], dtype=tf.int32), {}) is None
+    # And the subclass's rule is what runs: Adam at twice the learning rate, SGD on twice the gradient.
+    double, plain = tf.Variable([1.0, -1.0]), tf.Variable([1.0, -1.0])
+    grad = np.array([0.5, -2.0], np.float32)
+    DoubleStepAdam(0.1).apply_gradients([(tf.constant(grad), double)])
+    expected, _ = reference.adam(np.array([1.0, -1.0], np.float32), grad, {}, 0.2)
+    np.testing.assert_allclose(double.numpy(), expected, **TOLERANCE[tf.float32])
+    Accelerated(0.1, momentum=0.5).apply_gradients([(tf.constant(grad), plain)])
+    expected, _ = reference.sgd(np.array([1.0, -1.0], np.float32), 2 * grad, {}, 0.1, momentum=0.5)
+    np.testing.assert_allclose(plain.numpy(), expected, **TOLERANCE[tf.float32])

@@ -8,6 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool
+from optimizers.rule import KERNEL_DTYPES
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["SGD"]
@@ -25,7 +26,10 @@ class SGD(CustomOptimizerV2):
 
     With ``momentum=0`` (a number) there is no velocity slot and the step is
     :math:`\theta \leftarrow \theta - \eta_t g`, as in Keras 2. A sparse
-    gradient updates only its rows, velocity included.
+    gradient updates only its rows, velocity included. A dense step of a
+    variable without weight decay (and no wrapper's ``after_step`` fused into
+    it) is TensorFlow's fused kernel, the one Keras 2's SGD runs: the same
+    bits, at its speed.
 
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule.
@@ -66,6 +70,20 @@ class SGD(CustomOptimizerV2):
         mu, lr = coefficients["momentum"], coefficients["learning_rate"]
         velocity = velocity * mu - lr * grad
         return velocity, (velocity * mu - lr * grad if self.nesterov else velocity)
+
+    def dense_kernel(self, var, options):
+        """TensorFlow's fused SGD kernels (Keras 2's SGD runs them): this rule's dense step,
+        exactly, when a subclass changes none of it."""
+        own = all(getattr(type(self), hook) is getattr(SGD, hook) for hook in ("prepare", "update_dense", "_velocity_step"))
+        return self._fused_step if own and var.dtype.base_dtype in KERNEL_DTYPES else None
+
+    def _fused_step(self, grad, var, slots, coefficients):
+        if not self._has_momentum:
+            return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=coefficients["learning_rate"],
+                                                           delta=grad)
+        return tf.raw_ops.ResourceApplyKerasMomentum(var=var.handle, accum=slots["momentum"].handle,
+                                                     lr=coefficients["learning_rate"], grad=grad,
+                                                     momentum=coefficients["momentum"], use_nesterov=self.nesterov)
 
     def update_dense(self, grad, var, slots, coefficients):
         if not self._has_momentum:

@@ -21,15 +21,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import resource
 import subprocess
 import sys
-import time
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import Case, dense_problem, train_step  # noqa: E402
+from benchmarks.common import Case, dense_problem, timed, train_step  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
@@ -48,27 +46,6 @@ def ours(name: str):
 
     return {"LazyAdam": LazyAdam, "Yogi": Yogi, "AdaBelief": AdaBelief, "RectifiedAdam": RectifiedAdam,
             "Lion": Lion}[name]
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def timed(steps: list, rounds: int = 4, per_round: int = 8) -> list[tuple[float, float]]:
-    """``(wall, cpu)`` seconds per call of each step (a tf.function): best interleaved round of each."""
-    for step in steps:
-        for _ in range(3):
-            step()
-    best = [[float("inf"), float("inf")] for _ in steps]
-    for _ in range(rounds):
-        for i, step in enumerate(steps):
-            wall, cpu = time.perf_counter(), _cpu()
-            for _ in range(per_round):
-                step()
-            best[i][0] = min(best[i][0], (time.perf_counter() - wall) / per_round)
-            best[i][1] = min(best[i][1], (_cpu() - cpu) / per_round)
-    return [tuple(b) for b in best]
 
 
 def dense_times(makers: list) -> list[tuple[float, float]]:

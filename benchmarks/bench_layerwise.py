@@ -17,18 +17,21 @@ parameters, times the 1.3 allowed for an XLA rule that moves what Adam moves
 * ProximalAdagrad: read g, theta, a, write theta, a: 5, goal 0.95.
 
 ``python benchmarks/bench_layerwise.py --tfa NAME`` (run by these cases when
-.venv-tf215 exists) times TFA's own optimizer against the fused Adam in the TF
-2.15 environment; ours/TFA is (ours/Adam) / (TFA/Adam).
+.venv-tf215 exists) times, in the TF 2.15 environment where this library is
+installed too, ours, TFA's own optimizer and that stack's fused Adam on the same
+problem, interleaved: ours / TFA's (goal < 1: ours faster) and TFA's / fused
+Adam (for reference).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
 
-from benchmarks.common import Case, compare, dense_problem
+from benchmarks.common import Case, compare, dense_problem, timed, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
@@ -74,17 +77,20 @@ def cases() -> list[Case]:
                         functools.partial(compare, functools.partial(_ours, name),
                                           lambda: keras.optimizers.legacy.Adam(1e-3), 15, problem)))
         if os.path.exists(TFA_PYTHON):
-            out.append(Case(f"layerwise TFA {name} / fused Adam, {_label(name)} (TF 2.15)",
-                            "tf.keras 2.15 legacy Adam", float("inf"), functools.partial(tfa_peer, name)))
+            out.append(Case(f"layerwise {name} / TFA {name}, {_label(name)} (TF 2.15)", f"TFA {name}", 1.0,
+                            lambda n=name: tuple(t[0] for t in _tfa_run(n)[:2])))
+            out.append(Case(f"layerwise TFA {name} / fused Adam, {_label(name)} (TF 2.15, reference)",
+                            "tf.keras 2.15 legacy Adam", float("inf"),
+                            lambda n=name: tuple(t[0] for t in _tfa_run(n)[1:])))
     return out
 
 
-def tfa_peer(name: str) -> tuple[float, float]:
-    """TFA's optimizer vs the fused Adam, timed in the TF 2.15 + TFA environment."""
+@functools.cache
+def _tfa_run(name: str) -> list:
+    """``(wall, cpu)`` per step of ours, TFA's and the fused Adam, timed in the TF 2.15 + TFA environment."""
     result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa", name], capture_output=True, text=True,
                             cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
-    ours, peer = result.stdout.strip().splitlines()[-1].split()
-    return float(ours), float(peer)
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__" and "--tfa" in sys.argv:
@@ -93,5 +99,7 @@ if __name__ == "__main__" and "--tfa" in sys.argv:
 
     tfa_name = sys.argv[sys.argv.index("--tfa") + 1]
     tfa_cls = getattr(tfa.optimizers, _class_name(tfa_name))
-    print(*compare(lambda: tfa_cls(**CONFIGS[tfa_name][0]), lambda: tf.keras.optimizers.legacy.Adam(1e-3), 15,
-                   functools.partial(dense_problem, CONFIGS[tfa_name][2])))
+    makers = [functools.partial(_ours, tfa_name), lambda: tfa_cls(**CONFIGS[tfa_name][0]),
+              lambda: tf.keras.optimizers.legacy.Adam(1e-3)]
+    _, grads = dense_problem(CONFIGS[tfa_name][2])
+    print(json.dumps(timed([train_step(make(), dense_problem(CONFIGS[tfa_name][2])[0], grads) for make in makers])))

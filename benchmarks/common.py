@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import statistics
 import time
 from typing import Callable
@@ -86,3 +87,24 @@ def compiled_adam(*args, **kwargs):
             return None
 
     return CompiledAdam(*args, **kwargs)
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(steps: list, rounds: int = 4, per_round: int = 8) -> list[tuple[float, float]]:
+    """``(wall, cpu)`` seconds per call of each step (a tf.function): best interleaved round of each."""
+    for step in steps:
+        for _ in range(3):
+            step()
+    best = [[float("inf"), float("inf")] for _ in steps]
+    for _ in range(rounds):
+        for i, step in enumerate(steps):
+            wall, cpu = time.perf_counter(), _cpu()
+            for _ in range(per_round):
+                step()
+            best[i][0] = min(best[i][0], (time.perf_counter() - wall) / per_round)
+            best[i][1] = min(best[i][1], (_cpu() - cpu) / per_round)
+    return [tuple(b) for b in best]

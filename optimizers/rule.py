@@ -74,10 +74,11 @@ class UpdateRule(Hyperparameters):
         Optional. A hand-fused kernel that computes exactly this rule's dense
         step of ``var`` (given its ``variable_options``), called as
         ``kernel(grad, var, slots, coefficients)``; ``None`` (the default) when
-        there is none. The template runs it instead of ``update_dense`` when
-        nothing else is fused into the variable's step (no weight decay, no
-        wrapper's ``after_step``): one kernel that reads and writes each array
-        once, where an XLA step on CPU writes each array in a loop of its own.
+        there is none. The template runs it instead of ``update_dense`` (after
+        the weight decay, if any) unless a wrapper's ``after_step`` or the decay
+        of a variable compiled alone is fused into the compiled step: one
+        kernel that reads and writes each array once, where an XLA step on CPU
+        writes each array in a loop of its own, and nothing to compile.
 
     ``reduction`` (class attribute) says how the gradient is combined across
     replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or

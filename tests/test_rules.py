@@ -267,10 +267,24 @@ def test_routed_optimizer_follows_the_hosts_decay_var_list():
     assert (routed.numpy().tolist(), kernel.numpy().tolist()) == ([1.0], [0.5])
 
 
+def _decayed(builtin, weight_decay):
+    """tf_keras's built-in with TensorFlow Addons' decoupled decay: an op of its own, then the built-in's step."""
+
+    class Decayed(builtin):
+        def _resource_apply_dense(self, grad, var, apply_state=None):
+            with tf.control_dependencies([var.assign_sub(tf.cast(weight_decay, var.dtype) * var)]):
+                return super()._resource_apply_dense(grad, var, apply_state)
+
+    return Decayed
+
+
 def _kernel_pairs():
     """(ours, tf_keras's built-in) pairs whose dense steps are the same fused kernel."""
     legacy = keras.optimizers.legacy
     return [
+        # A small decayed variable: the decay, then the kernel (TFA's AdamW and SGDW).
+        (optimizers.AdamW(0.125, 0.01), _decayed(legacy.Adam, 0.125)(0.01)),
+        (optimizers.SGDW(0.125, 0.1, momentum=0.5), _decayed(legacy.SGD, 0.125)(0.1, momentum=0.5)),
         (Adam(0.01), legacy.Adam(0.01)),
         (Adam(0.01, amsgrad=True, jit_compile=False), legacy.Adam(0.01, amsgrad=True)),
         (optimizers.LazyAdam(0.01, beta_1=0.5), legacy.Adam(0.01, beta_1=0.5)),
@@ -284,9 +298,9 @@ def _kernel_pairs():
 
 @pytest.mark.parametrize("mode", ["eager", "tf_function"])
 @pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64])
-def test_undecayed_adam_and_sgd_steps_equal_keras_builtins_bit_for_bit(mode, dtype):
-    """Without weight decay or a fused wrapper, a dense Adam or SGD step is TensorFlow's fused
-    kernel, the one tf_keras's built-ins run: the same bits, in every dtype."""
+def test_adam_and_sgd_steps_of_small_variables_equal_keras_builtins_bit_for_bit(mode, dtype):
+    """Without a fused wrapper, a dense Adam or SGD step of a small variable is TensorFlow's fused
+    kernel, the one tf_keras's built-ins run (after the decay, if any): the same bits, in every dtype."""
     rng = np.random.RandomState(0)
     init = rng.randn(4, 3).astype(dtype.as_numpy_dtype)
     grads = [tf.constant(rng.randn(4, 3), dtype) for _ in range(4)]
@@ -331,3 +345,20 @@ def test_a_subclass_changing_the_rule_does_not_take_the_parents_kernel():
     Accelerated(0.1, momentum=0.5).apply_gradients([(tf.constant(grad), plain)])
     expected, _ = reference.sgd(np.array([1.0, -1.0], np.float32), 2 * grad, {}, 0.1, momentum=0.5)
     np.testing.assert_allclose(plain.numpy(), expected, **TOLERANCE[tf.float32])
+
+
+def test_a_large_decayed_variable_keeps_its_compiled_step():
+    """The decay of a variable compiled alone stays fused into its compiled pass; its numbers
+    are those of the decay then the fused kernel, to rounding."""
+    from optimizers.compiled import BATCH_MAX_ELEMENTS, compiled_function_count
+
+    rng = np.random.RandomState(0)
+    init = rng.randn(BATCH_MAX_ELEMENTS + 1).astype(np.float32)
+    ours, peer = optimizers.AdamW(0.125, 0.01), _decayed(keras.optimizers.legacy.Adam, 0.125)(0.01)
+    small, mine, theirs = tf.Variable([1.0, 2.0]), tf.Variable(init), tf.Variable(init)
+    for _ in range(3):
+        grad = tf.constant(rng.randn(init.size).astype(np.float32))
+        ours.apply_gradients([(grad, mine), (tf.constant([0.5, 0.5]), small)])
+        peer.apply_gradients([(grad, theirs)])
+    assert compiled_function_count(ours) == 1  # the large variable's; the small one took the kernel
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), **TOLERANCE[tf.float32])

@@ -33,9 +33,10 @@ class Adam(CustomOptimizerV2):
             \qquad \hat v = v \text{ (AMSGrad: } \hat v \leftarrow \max(\hat v, v))
         \end{align*}
 
-    A dense step of a variable without weight decay (and no wrapper's
-    ``after_step`` fused into it) is TensorFlow's fused Adam kernel, the one
-    Keras 2's Adam runs: the same bits, at its speed, with nothing to compile.
+    A dense step is TensorFlow's fused Adam kernel, the one Keras 2's Adam
+    runs (after the weight decay, if any): the same bits, at its speed, with
+    nothing to compile; see :meth:`~optimizers.UpdateRule.dense_kernel` for
+    when a compiled step fuses more into one pass instead.
 
     Sparse gradients (``tf.IndexedSlices``, e.g. from an embedding) are never
     turned into dense tensors. By default the moments of *every* row decay each

@@ -26,10 +26,11 @@ class SGD(CustomOptimizerV2):
 
     With ``momentum=0`` (a number) there is no velocity slot and the step is
     :math:`\theta \leftarrow \theta - \eta_t g`, as in Keras 2. A sparse
-    gradient updates only its rows, velocity included. A dense step of a
-    variable without weight decay (and no wrapper's ``after_step`` fused into
-    it) is TensorFlow's fused kernel, the one Keras 2's SGD runs: the same
-    bits, at its speed.
+    gradient updates only its rows, velocity included. A dense step is
+    TensorFlow's fused kernel, the one Keras 2's SGD runs (after the weight
+    decay, if any): the same bits, at its speed; see
+    :meth:`~optimizers.UpdateRule.dense_kernel` for when a compiled step fuses
+    more into one pass instead.
 
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule.

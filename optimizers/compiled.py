@@ -6,9 +6,10 @@ each a pass over memory; compiled with XLA it fuses into about one (see
 on: the shapes and dtypes of the variables, the rule, and the per-variable
 options (``UpdateRule.variable_options``), never the variables themselves,
 so variables of one shape share one function. A rule with a hand-fused kernel
-(``UpdateRule.dense_kernel``: Adam's, SGD's) compiles only what the kernel
-cannot do in one pass: a wrapper's ``after_step``, or the weight decay of a
-variable compiled alone (see ``CustomOptimizerV2._dense_kernel``).
+(``UpdateRule.dense_kernel``: Adam's, SGD's) compiles only the step of a
+decayed variable compiled alone, which fuses the decay into its pass, and a
+wrapper's ``after_step`` after the kernel (see
+``CustomOptimizerV2._dense_kernel``).
 
 Without a ``tf.distribute`` strategy, the small variables of one device (up
 to ``BATCH_MAX_ELEMENTS``) are grouped by signature (rule, shape, dtype,

@@ -75,10 +75,11 @@ class UpdateRule(Hyperparameters):
         step of ``var`` (given its ``variable_options``), called as
         ``kernel(grad, var, slots, coefficients)``; ``None`` (the default) when
         there is none. The template runs it instead of ``update_dense`` (after
-        the weight decay, if any) unless a wrapper's ``after_step`` or the decay
-        of a variable compiled alone is fused into the compiled step: one
-        kernel that reads and writes each array once, where an XLA step on CPU
-        writes each array in a loop of its own, and nothing to compile.
+        the weight decay, if any, and before a wrapper's ``after_step``), except
+        for a decayed variable compiled alone, whose compiled step fuses the
+        decay into its pass: one kernel that reads and writes each array once,
+        where an XLA step on CPU writes each array in a loop of its own, and
+        nothing to compile.
 
     ``reduction`` (class attribute) says how the gradient is combined across
     replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or

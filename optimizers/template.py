@@ -101,9 +101,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             variable (see ``optimizers/compiled.py``).
             Defaults to ``True``, measured faster on CPU (see ``benchmarks/``).
             Either way, a rule's hand-fused kernel (``dense_kernel``: Adam's,
-            SGD's) runs instead, after the decay, unless a wrapper's
-            ``after_step`` or the decay of a variable compiled alone is fused
-            into the compiled step (see :meth:`UpdateRule.dense_kernel`).
+            SGD's) runs instead, after the decay, except for a decayed
+            variable compiled alone (see :meth:`UpdateRule.dense_kernel`).
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
@@ -387,19 +386,27 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return tf.cond(finite, apply, skip)
 
     def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
-        """Without a strategy, the compiled dense updates of the small variables of
-        one device run in chunks of one signature group (see ``optimizers/compiled.py``)."""
+        """Without a strategy, the hand-fused kernels run here, then the running wrapper's
+        ``after_step`` of their variables in its own chunks; the compiled dense updates of the
+        small variables of one device run in chunks of one signature group (see
+        ``optimizers/compiled.py``)."""
         if not self.jit_compile or tf.distribute.has_strategy():
             return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
         groups: dict = {}
-        rest = []
+        rest, kernels, averaged = [], [], []
         for grad, var in grads_and_vars:
-            if (isinstance(grad, tf.IndexedSlices) or not compiled.batchable(var) or var.constraint is not None
-                    or not getattr(self._rule_of(var), "jit_compile", False)):
+            if isinstance(grad, tf.IndexedSlices) or var.constraint is not None:
                 rest.append((grad, var))
                 continue
-            inputs = self._rule_inputs(var, apply_state)
-            if self._dense_kernel(inputs[0], var, inputs[3]) is not None:  # runs per variable, uncompiled
+            inputs = rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
+            kernel = self._dense_kernel(rule, var, options)
+            if kernel is not None:
+                with tf.device(var.device):
+                    kernels.append(kernel(grad, var, var_slots, coefficients))
+                if self._after_update is not None and self._after_update.wraps(var):
+                    averaged.append(var)
+                continue
+            if not compiled.batchable(var) or not getattr(rule, "jit_compile", False):
                 rest.append((grad, var))
                 continue
             step, var_slots, coefficients, key, complete = self._compiled_inputs(var, apply_state, inputs)
@@ -411,7 +418,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         for key, (step, coefficients, items) in groups.items():
             with tf.device(key[0]):
                 calls.extend(self._compiled.run_group(step, key[1:], items, coefficients))
-        with tf.control_dependencies(calls):
+        if averaged:
+            with tf.control_dependencies(kernels):
+                kernels = [self._after_update._after_steps(tf.distribute.get_strategy(), averaged, True,
+                                                           self.iterations)]
+        with tf.control_dependencies(calls + kernels):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
     def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:
@@ -419,15 +430,13 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         or ``None`` for the rule's own step (compiled or not).
 
         Measured (``benchmarks/``): the kernel reads and writes each array once, where a compiled
-        step writes each array in a loop of its own, and it compiles nothing. A running wrapper's
-        ``after_step`` keeps the compiled step, which fuses it into the same pass. So does the
-        weight decay of a variable large enough to be compiled alone (one pass instead of the
-        decay's pass plus the kernel's: 1.2x against 1.37x the fused Adam on 8 variables of 1M);
-        a smaller or uncompiled variable is decayed by an op of its own, then takes the kernel
-        (on 2000 small variables, 0.94-1.06x the built-in's step against 1.16x for compiled
-        chunks, and no compilation)."""
-        if self._after_update is not None and self._after_update.wraps(var):
-            return None
+        step writes each array in a loop of its own, and it compiles nothing. The weight decay of
+        a variable large enough to be compiled alone stays fused into its compiled step (one pass
+        instead of the decay's pass plus the kernel's: 1.2x against 1.37x the fused Adam on 8
+        variables of 1M); a smaller or uncompiled variable is decayed by an op of its own, then
+        takes the kernel (on 2000 small variables, 0.94-1.06x the built-in's step against 1.16x
+        for compiled chunks, and no compilation). A wrapper's ``after_step`` then runs after the
+        kernel, so wrapping an optimizer never changes its own numbers."""
         kernel = rule.dense_kernel(var, options)
         if kernel is None or not options.get("decayed"):
             return kernel
@@ -490,7 +499,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         inputs = rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
         kernel = self._dense_kernel(rule, handle, options)
         if kernel is not None:
-            return kernel(grad, handle, var_slots, coefficients)
+            return self._then_after(kernel(grad, handle, var_slots, coefficients), handle, apply_state)
         if getattr(rule, "jit_compile", False) and is_plain_resource_variable(handle):
             step, var_slots, coefficients, key, complete = self._compiled_inputs(handle, apply_state, inputs)
             update = self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)

@@ -22,6 +22,7 @@ INNER = {
     "keras_adam": lambda: keras.optimizers.legacy.Adam(0.05),
     "template_sgd": lambda: TemplateSGD(0.1, momentum=0.9),
     "template_adam": lambda: TemplateAdam(0.05),
+    "template_adamw": lambda: optimizers.AdamW(0.01, 0.05),
 }
 SHAPE = (5, 3)
 STEPS = 6

@@ -33,7 +33,7 @@ class Adam(CustomOptimizerV2):
             \qquad \hat v = v \text{ (AMSGrad: } \hat v \leftarrow \max(\hat v, v))
         \end{align*}
 
-    A dense step is TensorFlow's fused Adam kernel, the one Keras 2's Adam
+    A dense step without AMSGrad is TensorFlow's fused Adam kernel, the one Keras 2's Adam
     runs (after the weight decay, if any): the same bits, at its speed, with
     nothing to compile; see :meth:`~optimizers.UpdateRule.dense_kernel` for
     when a compiled step fuses more into one pass instead.
@@ -95,18 +95,16 @@ class Adam(CustomOptimizerV2):
 
     def dense_kernel(self, var, options):
         """TensorFlow's fused Adam kernel (Keras 2's Adam runs it): this rule's dense step, exactly,
-        when a subclass changes none of it."""
+        when a subclass changes none of it. Not with AMSGrad, whose kernel XLA cannot compile."""
         own = all(getattr(type(self), hook) is getattr(Adam, hook) for hook in ("prepare", "update_dense", "_update"))
-        return self._fused_step if own and var.dtype.base_dtype in KERNEL_DTYPES else None
+        return self._fused_step if own and not self.amsgrad and var.dtype.base_dtype in KERNEL_DTYPES else None
 
     def _fused_step(self, grad, var, slots, coefficients):
-        kwargs = dict(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, grad=grad,
-                      beta1_power=coefficients["beta_1_power"], beta2_power=coefficients["beta_2_power"],
-                      lr=coefficients["learning_rate"], beta1=coefficients["beta_1"], beta2=coefficients["beta_2"],
-                      epsilon=coefficients["epsilon"])
-        if self.amsgrad:
-            return tf.raw_ops.ResourceApplyAdamWithAmsgrad(vhat=slots["vhat"].handle, **kwargs)
-        return tf.raw_ops.ResourceApplyAdam(**kwargs)
+        return tf.raw_ops.ResourceApplyAdam(
+            var=var.handle, m=slots["m"].handle, v=slots["v"].handle, grad=grad,
+            beta1_power=coefficients["beta_1_power"], beta2_power=coefficients["beta_2_power"],
+            lr=coefficients["learning_rate"], beta1=coefficients["beta_1"], beta2=coefficients["beta_2"],
+            epsilon=coefficients["epsilon"])
 
     @staticmethod
     def _update(m, v, coefficients):

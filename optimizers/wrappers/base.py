@@ -329,11 +329,14 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             return self._compiled.run(self.after_step, key, var, slots, coefficients)
         return self.after_step(var, slots, coefficients)
 
-    def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any) -> Any:
+    def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any,
+                     iterations: Any = None) -> Any:
         """:meth:`after_step` of every variable of ``var_list`` after the inner step (an inner
-        optimizer not written on the template). Without a strategy, the compiled steps of the
-        small variables run in chunks of one shape and dtype (see ``optimizers/compiled.py``)."""
-        by_dtype = {dtype: self.step_coefficients(dtype) for dtype in {v.dtype.base_dtype for v in var_list}}
+        optimizer not written on the template, or a template rule's hand-fused kernel, which
+        passes ``iterations``: see :meth:`step_coefficients`). Without a strategy, the compiled
+        steps of the small variables run in chunks of one shape and dtype (see
+        ``optimizers/compiled.py``)."""
+        by_dtype = {dtype: self.step_coefficients(dtype, iterations) for dtype in {v.dtype.base_dtype for v in var_list}}
         groups: dict = {}
         if self.jit_compile and not tf.distribute.has_strategy():
             rest = []

@@ -2,10 +2,17 @@
 
 ``optimizers.Adam`` runs TensorFlow's fused Adam kernel (the built-in's) where no
 decay or wrapper is fused into a variable's step: goal <= 1.05. The template's
-compiled step of Adam's rule (``benchmarks.common.compiled_adam``: the kernel
+compiled step of Adam's rule (``benchmarks.common.without_kernel``: the kernel
 turned off, as for any rule without one): goal <= 1.05 on 8 variables of 1M (one
 compiled pass per variable against one C++ kernel per variable), 1.3 on 64
-variables of 125k. The eager case times
+variables of 125k.
+
+Where AdamW's decay goes (printed without a goal; ``CustomOptimizerV2._dense_kernel``
+chooses from these): on 8 variables of 1M, the decay fused into each variable's
+compiled step (the default) against the decay as an op of its own before the fused
+kernel (``jit_compile=False``); on 2000 small variables in a ``tf.function``, the
+decay op then the kernel (the default) against compiled chunks of decay and rule
+(the kernel turned off). The eager case times
 ``apply_gradients`` called eagerly on 2000 small variables (1000 kernels of
 16x16, 1000 biases of 16; AdamW with the biases excluded from decay), where the
 per-step Python work of the template (rule and decay lookups, compiled-call
@@ -15,7 +22,7 @@ dispatch) shows: printed against the built-in, no goal.
 import statistics
 import time
 
-from benchmarks.common import Case, compare, compiled_adam, dense_problem
+from benchmarks.common import Case, compare, dense_problem, without_kernel
 from optimizers import Adam, AdamW, keras
 
 
@@ -44,18 +51,38 @@ def eager_many_variables(repeats: int = 10) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
+def _small_problem():
+    """2000 small variables (1000 kernels of 16x16, 1000 biases of 16) and their gradients."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.RandomState(0)
+    shapes = [(16, 16), (16,)] * 1000
+    return ([tf.Variable(rng.randn(*s).astype("float32")) for s in shapes],
+            [tf.constant(rng.randn(*s).astype("float32")) for s in shapes])
+
+
 def cases() -> list[Case]:
     return [
         Case("Adam (its fused kernel) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.05,
              lambda: compare(lambda: Adam(1e-3), lambda: keras.optimizers.legacy.Adam(1e-3))),
         Case("template Adam (XLA per variable) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.05,
-             lambda: compare(lambda: compiled_adam(1e-3), lambda: keras.optimizers.legacy.Adam(1e-3))),
+             lambda: compare(lambda: without_kernel(Adam)(1e-3), lambda: keras.optimizers.legacy.Adam(1e-3))),
         Case("template Adam (XLA) / fused Adam, 64 variables of 125k f32", "tf_keras legacy Adam", 1.3,
-             lambda: compare(lambda: compiled_adam(1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
+             lambda: compare(lambda: without_kernel(Adam)(1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
                              problem=lambda: dense_problem(8_000_000, num_vars=64))),
         Case("template Adam (plain TF ops) / fused Adam, 8M f32", "tf_keras legacy Adam", 6.0,
-             lambda: compare(lambda: compiled_adam(1e-3, jit_compile=False),
+             lambda: compare(lambda: without_kernel(Adam)(1e-3, jit_compile=False),
                              lambda: keras.optimizers.legacy.Adam(1e-3))),
         Case("template AdamW eager step / fused Adam, 2000 small variables", "tf_keras legacy Adam", float("inf"),
              eager_many_variables),
+        Case("AdamW decay fused in its compiled step / decay op + fused kernel, 8M f32",
+             "AdamW(jit_compile=False)", float("inf"),
+             lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: AdamW(1e-4, 1e-3, jit_compile=False))),
+        Case("AdamW decay op + fused kernel / fused Adam, 2000 small variables", "tf_keras legacy Adam",
+             float("inf"), lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
+                                           problem=_small_problem)),
+        Case("AdamW compiled chunks / fused Adam, 2000 small variables", "tf_keras legacy Adam", float("inf"),
+             lambda: compare(lambda: without_kernel(AdamW)(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
+                             problem=_small_problem)),
     ]

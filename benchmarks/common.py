@@ -75,18 +75,18 @@ def compare(make_ours: Callable[[], object], make_peer: Callable[[], object], re
     return min(ours_t), min(peer_t)
 
 
-def compiled_adam(*args, **kwargs):
-    """``optimizers.Adam`` with its fused kernel turned off: Adam's rule through the template's
-    compiled (or, with ``jit_compile=False``, plain-ops) step, what a rule without a hand-fused
-    kernel gets. ``optimizers.Adam`` itself runs TensorFlow's fused Adam kernel where nothing
-    else is fused into a variable's step."""
-    from optimizers import Adam
+def without_kernel(cls):
+    """``cls`` (``optimizers.Adam``, ``AdamW``...) with its fused kernel turned off: the rule
+    through the template's compiled (or, with ``jit_compile=False``, plain-ops) step, what a
+    rule without a hand-fused kernel gets. ``optimizers.Adam`` itself runs TensorFlow's fused
+    Adam kernel (see ``CustomOptimizerV2._dense_kernel``)."""
 
-    class CompiledAdam(Adam):
+    class WithoutKernel(cls):
         def dense_kernel(self, var, options):
             return None
 
-    return CompiledAdam(*args, **kwargs)
+    WithoutKernel.__name__ = cls.__name__
+    return WithoutKernel
 
 
 def _cpu() -> float:

@@ -4,16 +4,17 @@ Every comparison is timed in interleaved rounds (best round of each side), as wa
 time per step and as process CPU time per step (user + system, all threads: the
 work done, steadier than wall time on a shared machine).
 
-* Default stack: ours (XLA, the default) against tf_keras's legacy ``Adam`` (one
-  fused C++ kernel) on the same ~8M float32 parameters. Goal <= 1.3 (Adam-like
-  rules: one pass over the variable and its slots).
+* Default stack: ours (XLA, the default; LazyAdam's dense step is the fused Adam
+  kernel itself) against tf_keras's legacy ``Adam`` (one fused C++ kernel) on the
+  same ~8M float32 parameters. Goal <= 1.3 (Adam-like rules: one pass over the
+  variable and its slots).
 * ``python benchmarks/bench_adamlike.py --tfa <Name>`` (run by ``make bench``
   when .venv-tf215 exists; one subprocess per class) times, in the TF 2.15 + TFA
   environment where this library is installed too, ours, TFA's ``<Name>`` and
   that stack's fused Adam on the same problem: ours / TFA's (goal < 1: ours
-  faster) and TFA's / fused Adam (for reference). TFA's LazyAdam takes the fused
-  Adam kernel for a dense step, so there ours can only come close (goal 1.3);
-  its point is the sparse step, timed on 4096 touched rows of a 1M-row table.
+  faster) and TFA's / fused Adam (for reference). TFA's LazyAdam and ours take
+  the same fused Adam kernel for a dense step (goal: equal, <= 1.05); its point
+  is the sparse step, timed on 4096 touched rows of a 1M-row table.
 """
 
 from __future__ import annotations
@@ -88,13 +89,15 @@ def cases() -> list[Case]:
     out = []
     for name in NAMES:
         for metric, what in ((0, ""), (1, ", CPU time")):
-            out.append(Case(f"adamlike {name} (XLA) / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
+            how = " (fused kernel)" if name == "LazyAdam" else " (XLA)"
+            out.append(Case(f"adamlike {name}{how} / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
                             lambda n=name, m=metric: _pick(_default_stack(n), 0, 1, m)))
     if os.path.exists(TFA_PYTHON):
         for name in TFA_NAMES:
             for metric, what in ((0, ""), (1, ", CPU time")):
+                # LazyAdam's dense step is TFA's own kernel: equal, within the noise of one run.
                 out.append(Case(f"adamlike {name} / TFA {name}, 8M f32 (TF 2.15){what}", f"TFA {name}",
-                                1.3 if name == "LazyAdam" else 1.0,
+                                1.05 if name == "LazyAdam" else 1.0,
                                 lambda n=name, m=metric: _pick(_tfa_run(n)["dense"], 0, 1, m)))
             if name == "LazyAdam":
                 for metric, what in ((0, ""), (1, ", CPU time")):

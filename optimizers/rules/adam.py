@@ -13,6 +13,7 @@ from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Adam"]
 
+
 def check_epsilon(value: Any) -> None:
     if tf.is_tensor(value):
         raise TypeError(f"`epsilon` must be a Python float (it is converted to each variable's dtype). "
@@ -33,10 +34,10 @@ class Adam(CustomOptimizerV2):
             \qquad \hat v = v \text{ (AMSGrad: } \hat v \leftarrow \max(\hat v, v))
         \end{align*}
 
-    A dense step without AMSGrad is TensorFlow's fused Adam kernel, the one Keras 2's Adam
-    runs (after the weight decay, if any): the same bits, at its speed, with
-    nothing to compile; see :meth:`~optimizers.UpdateRule.dense_kernel` for
-    when a compiled step fuses more into one pass instead.
+    A dense step without AMSGrad is TensorFlow's fused Adam kernel, the one
+    Keras 2's Adam runs (after the weight decay, if any): the same bits, at its
+    speed, with nothing to compile; see :meth:`~optimizers.UpdateRule.dense_kernel`
+    for when a compiled step fuses more into one pass instead.
 
     Sparse gradients (``tf.IndexedSlices``, e.g. from an embedding) are never
     turned into dense tensors. By default the moments of *every* row decay each

@@ -75,7 +75,8 @@ class UpdateRule(Hyperparameters):
         step of ``var`` (given its ``variable_options``), called as
         ``kernel(grad, var, slots, coefficients)``; ``None`` (the default) when
         there is none. The template runs it instead of ``update_dense`` (after
-        the weight decay, if any, and before a wrapper's ``after_step``), except
+        the weight decay, if any, unless the rule's ``weight_decay_placement``
+        is ``"inside"``, and before a wrapper's ``after_step``), except
         for a decayed variable compiled alone, whose compiled step fuses the
         decay into its pass: one kernel that reads and writes each array once,
         where an XLA step on CPU writes each array in a loop of its own, and

@@ -438,9 +438,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         compile). A wrapper's ``after_step`` then runs after the kernel, so wrapping an optimizer
         never changes its own numbers."""
         kernel = rule.dense_kernel(var, options)
-        if kernel is None or not options.get("decayed"):
+        placement = getattr(rule, "weight_decay_placement", None)
+        if kernel is None or not options.get("decayed") or placement == "inside":  # "inside": the kernel decays
             return kernel
-        if getattr(rule, "weight_decay_placement", None) != "before":
+        if placement != "before":
             return None
         if getattr(rule, "jit_compile", False) and is_plain_resource_variable(var) and not compiled.batchable(var):
             return None

@@ -337,6 +337,12 @@ def test_a_subclass_changing_the_rule_does_not_take_the_parents_kernel():
     assert Accelerated(momentum=0.5).dense_kernel(var, {}) is None
     assert Adam().dense_kernel(tf.Variable([1], dtype=tf.int32), {}) is None
     assert Adam(amsgrad=True).dense_kernel(var, {}) is None  # XLA has no AMSGrad kernel: the rule compiles
+
+    class SteeperNovoGrad(optimizers.NovoGrad):
+        def _direction(self, grad, *args, **kwargs):
+            return super()._direction(2 * grad, *args, **kwargs)
+
+    assert optimizers.NovoGrad().dense_kernel(var, {}) is not None and SteeperNovoGrad().dense_kernel(var, {}) is None
     # And the subclass's rule is what runs: Adam at twice the learning rate, SGD on twice the gradient.
     double, plain = tf.Variable([1.0, -1.0]), tf.Variable([1.0, -1.0])
     grad = np.array([0.5, -2.0], np.float32)

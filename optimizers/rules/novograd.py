@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
-from optimizers.rule import sum_of_squares
+from optimizers.rule import KERNEL_DTYPES, sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -43,7 +43,9 @@ class NovoGrad(CustomOptimizerV2):
     for variables excluded from weight decay). A sparse gradient updates only
     its rows (of :math:`m` and :math:`\theta`; :math:`v` sums the rows'
     squares), as in TFA. :math:`\hat v` has the variable's shape (every entry
-    holds the same number), as in TFA, so TFA checkpoints restore.
+    holds the same number), as in TFA, so TFA checkpoints restore. A dense
+    step computes :math:`d` in plain ops, then the update of :math:`m` and
+    :math:`\theta` is TensorFlow's fused momentum kernel, as in TFA.
 
     Fixes over TFA: ``amsgrad=True`` works with sparse gradients (TFA raises),
     and ``get_config`` keeps ``amsgrad`` (TFA drops it, so a reloaded TFA
@@ -105,9 +107,12 @@ class NovoGrad(CustomOptimizerV2):
         coefficients.update(one_minus_beta_1=1 - coefficients["beta_1"], one_minus_beta_2=1 - coefficients["beta_2"],
                             first_step=tf.equal(coefficients["step"], 1), epsilon=tf.constant(self.epsilon, dtype))
 
-    def _direction(self, grad, var_rows, slots, coefficients, rows=None):
+    def _direction(self, grad, var_rows, slots, coefficients, rows=None, compiled=None):
         """``d`` for the gradient rows ``grad`` (the whole gradient when ``rows`` is None)."""
-        v, g2 = slots["v"], sum_of_squares(grad, self.jit_compile)
+        compiled = self.jit_compile if compiled is None else compiled
+        # A select fuses into a compiled pass; in plain ops, tf.cond computes only the branch taken.
+        choose = (lambda pred, a, b: tf.where(pred, a(), b())) if compiled else tf.cond
+        v, g2 = slots["v"], sum_of_squares(grad, compiled)
         v_t = tf.where(coefficients["first_step"], g2, v * coefficients["beta_2"] + g2 * coefficients["one_minus_beta_2"])
         writes = [v.assign(v_t)]
         if self.amsgrad:
@@ -117,10 +122,25 @@ class NovoGrad(CustomOptimizerV2):
         direction = grad / (tf.sqrt(v_t) + coefficients["epsilon"])
         if coefficients.get("decayed", False):
             wd = coefficients["weight_decay_factor"]
-            direction = tf.where(wd > 0, direction + wd * var_rows, direction)
+            direction = choose(wd > 0, lambda: direction + wd * var_rows, lambda: direction)
         if self.grad_averaging:
-            direction = tf.where(coefficients["first_step"], direction, direction * coefficients["one_minus_beta_1"])
+            direction = choose(coefficients["first_step"], lambda: direction,
+                               lambda: direction * coefficients["one_minus_beta_1"])
         return direction, writes
+
+    def dense_kernel(self, var, options):
+        """The direction in plain ops, then TensorFlow's fused momentum kernel (TFA's NovoGrad runs
+        it): this rule's dense step, exactly, when a subclass changes none of it."""
+        own = all(getattr(type(self), hook) is getattr(NovoGrad, hook)
+                  for hook in ("prepare", "update_dense", "_direction"))
+        return self._fused_step if own and var.dtype.base_dtype in KERNEL_DTYPES else None
+
+    def _fused_step(self, grad, var, slots, coefficients):
+        direction, writes = self._direction(grad, var, slots, coefficients, compiled=False)
+        with tf.control_dependencies(writes):
+            return tf.raw_ops.ResourceApplyKerasMomentum(var=var.handle, accum=slots["m"].handle,
+                                                         lr=coefficients["learning_rate"], grad=direction,
+                                                         momentum=coefficients["beta_1"], use_nesterov=False)
 
     def update_dense(self, grad, var, slots, coefficients):
         direction, writes = self._direction(grad, var, slots, coefficients)

@@ -17,13 +17,22 @@ import tensorflow as tf
 from optimizers.hyperparameters import Hyperparameters
 from slots import SlotSpec
 
-__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "sum_of_squares"]
+__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "kernel_if_unchanged", "sum_of_squares"]
 
 #: How a rule's gradients are combined across replicas.
 REDUCTIONS = ("sum", "mean", "max", "none")
 
 #: The dtypes TensorFlow's fused optimizer kernels (``tf.raw_ops.ResourceApply*``) take on every device.
 KERNEL_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+
+def kernel_if_unchanged(rule: Any, owner: type, hooks: Sequence[str], var: tf.Variable,
+                        kernel: Callable) -> Callable | None:
+    """``kernel`` (``owner``'s fused dense step, for ``UpdateRule.dense_kernel``) if ``rule``'s class
+    still has ``owner``'s ``hooks`` (a subclass that changes the rule must not inherit the kernel)
+    and ``var``'s dtype is one of :data:`KERNEL_DTYPES`; else ``None``."""
+    unchanged = all(getattr(type(rule), hook) is getattr(owner, hook) for hook in hooks)
+    return kernel if unchanged and var.dtype.base_dtype in KERNEL_DTYPES else None
 
 
 def sum_of_squares(x: tf.Tensor, compiled: bool = True) -> tf.Tensor:

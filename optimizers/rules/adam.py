@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool, check_number
-from optimizers.rule import KERNEL_DTYPES
+from optimizers.rule import kernel_if_unchanged
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Adam"]
@@ -97,8 +97,9 @@ class Adam(CustomOptimizerV2):
     def dense_kernel(self, var, options):
         """TensorFlow's fused Adam kernel (Keras 2's Adam runs it): this rule's dense step, exactly,
         when a subclass changes none of it. Not with AMSGrad, whose kernel XLA cannot compile."""
-        own = all(getattr(type(self), hook) is getattr(Adam, hook) for hook in ("prepare", "update_dense", "_update"))
-        return self._fused_step if own and not self.amsgrad and var.dtype.base_dtype in KERNEL_DTYPES else None
+        if self.amsgrad:
+            return None
+        return kernel_if_unchanged(self, Adam, ("prepare", "update_dense", "_update"), var, self._fused_step)
 
     def _fused_step(self, grad, var, slots, coefficients):
         return tf.raw_ops.ResourceApplyAdam(

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
-from optimizers.rule import KERNEL_DTYPES, sum_of_squares
+from optimizers.rule import kernel_if_unchanged, sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -131,9 +131,7 @@ class NovoGrad(CustomOptimizerV2):
     def dense_kernel(self, var, options):
         """The direction in plain ops, then TensorFlow's fused momentum kernel (TFA's NovoGrad runs
         it): this rule's dense step, exactly, when a subclass changes none of it."""
-        own = all(getattr(type(self), hook) is getattr(NovoGrad, hook)
-                  for hook in ("prepare", "update_dense", "_direction"))
-        return self._fused_step if own and var.dtype.base_dtype in KERNEL_DTYPES else None
+        return kernel_if_unchanged(self, NovoGrad, ("prepare", "update_dense", "_direction"), var, self._fused_step)
 
     def _fused_step(self, grad, var, slots, coefficients):
         direction, writes = self._direction(grad, var, slots, coefficients, compiled=False)

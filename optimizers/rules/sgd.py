@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool
-from optimizers.rule import KERNEL_DTYPES
+from optimizers.rule import kernel_if_unchanged
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["SGD"]
@@ -75,8 +75,7 @@ class SGD(CustomOptimizerV2):
     def dense_kernel(self, var, options):
         """TensorFlow's fused SGD kernels (Keras 2's SGD runs them): this rule's dense step,
         exactly, when a subclass changes none of it."""
-        own = all(getattr(type(self), hook) is getattr(SGD, hook) for hook in ("prepare", "update_dense", "_velocity_step"))
-        return self._fused_step if own and var.dtype.base_dtype in KERNEL_DTYPES else None
+        return kernel_if_unchanged(self, SGD, ("prepare", "update_dense", "_velocity_step"), var, self._fused_step)
 
     def _fused_step(self, grad, var, slots, coefficients):
         if not self._has_momentum:

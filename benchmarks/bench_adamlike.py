@@ -22,16 +22,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 import sys
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import Case, dense_problem, timed, train_step  # noqa: E402
+from benchmarks.common import TFA_PYTHON, Case, dense_problem, tfa_output, timed, train_step  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
 NAMES = ["LazyAdam", "Yogi", "AdaBelief", "RectifiedAdam", "Lion"]
 TFA_NAMES = ["LazyAdam", "Yogi", "AdaBelief", "RectifiedAdam"]  # Lion: not in TFA
 ROWS, TOUCHED, WIDTH = 1_000_000, 4096, 32
@@ -76,9 +73,7 @@ def _default_stack(name: str) -> list:
 
 @functools.cache
 def _tfa_run(name: str) -> dict:
-    result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa", name], capture_output=True, text=True,
-                            cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(tfa_output(__file__, name))
 
 
 def _pick(times: list, a: int, b: int, metric: int) -> tuple[float, float]:

@@ -18,13 +18,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
-from benchmarks.common import Case, compare, dense_problem, median_step_seconds, train_step
+from benchmarks.common import TFA_PYTHON, Case, compare, dense_problem, median_step_seconds, tfa_output, train_step
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
 TOUCHED, WIDTH = 4096, 32
 
 
@@ -101,9 +98,7 @@ def cases() -> list[Case]:
 
 def tfa_peer() -> tuple[float, float]:
     """TFA's AdamW vs the fused Adam, timed in the TF 2.15 + TFA environment."""
-    result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa"], capture_output=True, text=True,
-                            cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
-    ours, peer = result.stdout.strip().splitlines()[-1].split()
+    ours, peer = tfa_output(__file__).split()
     return float(ours), float(peer)
 
 

@@ -28,13 +28,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 import sys
 
-from benchmarks.common import Case, compare, dense_problem, timed, train_step
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
+from benchmarks.common import TFA_PYTHON, Case, compare, dense_problem, tfa_output, timed, train_step
 
 # name: (constructor arguments, goal, problem size)
 CONFIGS = {
@@ -88,9 +84,7 @@ def cases() -> list[Case]:
 @functools.cache
 def _tfa_run(name: str) -> list:
     """``(wall, cpu)`` per step of ours, TFA's and the fused Adam, timed in the TF 2.15 + TFA environment."""
-    result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa", name], capture_output=True, text=True,
-                            cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(tfa_output(__file__, name))
 
 
 if __name__ == "__main__" and "--tfa" in sys.argv:

@@ -16,13 +16,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
-from benchmarks.common import Case, compare
+from benchmarks.common import TFA_PYTHON, Case, compare, tfa_output
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")
 PAIRS = ("Lookahead", "SWA")
 
 
@@ -58,9 +55,7 @@ def cases() -> list[Case]:
 
 def tfa_peer(name: str, period: int) -> tuple[float, float]:
     """Ours vs TFA's wrapper, both around the built-in Adam, in the TF 2.15 + TFA environment."""
-    result = subprocess.run([TFA_PYTHON, os.path.abspath(__file__), "--tfa", name, str(period)], capture_output=True,
-                            text=True, cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
-    ours, peer = result.stdout.strip().splitlines()[-1].split()
+    ours, peer = tfa_output(__file__, name, str(period)).split()
     return float(ours), float(peer)
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import resource
 import statistics
+import subprocess
 import time
 from typing import Callable
 
@@ -18,6 +19,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TFA_PYTHON = os.path.join(ROOT, ".venv-tf215", "bin", "python")  # the TF 2.15 + TFA environment
+
+
+def tfa_output(script: str, *args: str) -> str:
+    """The last line ``script`` prints when run with ``--tfa *args`` in the TF 2.15 + TFA
+    environment (with this library importable)."""
+    result = subprocess.run([TFA_PYTHON, os.path.abspath(script), "--tfa", *args], capture_output=True, text=True,
+                            cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})
+    return result.stdout.strip().splitlines()[-1]
 
 
 @dataclasses.dataclass

@@ -80,8 +80,10 @@ class UpdateRule(Hyperparameters):
         dense gradient and calls ``update_dense``.
 
     ``dense_kernel(self, var, options) -> Callable | None``
-        Optional. A hand-fused kernel that computes exactly this rule's dense
-        step of ``var`` (given its ``variable_options``), called as
+        Optional. This rule's dense step of ``var`` (given its
+        ``variable_options``) as TensorFlow ops run as they are, never
+        XLA-compiled (a hand-fused kernel, or plain ops measured faster than
+        the compiled step), computing exactly what ``update_dense`` does, called as
         ``kernel(grad, var, slots, coefficients)``; ``None`` (the default) when
         there is none. The template runs it instead of ``update_dense`` (after
         the weight decay, if any, unless the rule's ``weight_decay_placement``
@@ -139,7 +141,7 @@ class UpdateRule(Hyperparameters):
         return self.update_dense(dense, var, slots, coefficients)
 
     def dense_kernel(self, var: tf.Variable, options: Mapping[str, Hashable]) -> Callable | None:
-        """A hand-fused kernel computing exactly this rule's dense step of ``var``. Defaults to none."""
+        """This rule's dense step of ``var`` as ops that are never compiled (a fused kernel). Defaults to none."""
         return None
 
     @property

@@ -343,6 +343,13 @@ def test_a_subclass_changing_the_rule_does_not_take_the_parents_kernel():
             return super()._direction(2 * grad, *args, **kwargs)
 
     assert optimizers.NovoGrad().dense_kernel(var, {}) is not None and SteeperNovoGrad().dense_kernel(var, {}) is None
+
+    class WiderConditionalGradient(optimizers.ConditionalGradient):
+        def _target(self, grad, coefficients, compiled=None):
+            return 2 * super()._target(grad, coefficients, compiled)
+
+    assert optimizers.ConditionalGradient(0.5).dense_kernel(var, {}) is not None
+    assert WiderConditionalGradient(0.5).dense_kernel(var, {}) is None
     # And the subclass's rule is what runs: Adam at twice the learning rate, SGD on twice the gradient.
     double, plain = tf.Variable([1.0, -1.0]), tf.Variable([1.0, -1.0])
     grad = np.array([0.5, -2.0], np.float32)

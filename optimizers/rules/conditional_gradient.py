@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from optimizers.keras_compat import keras
-from optimizers.rule import sum_of_squares
+from optimizers.rule import kernel_if_unchanged, sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 
@@ -52,10 +52,16 @@ class ConditionalGradient(CustomOptimizerV2):
     :math:`1 \times 1` matrix, as in TFA; a variable of rank > 2 (a
     convolution kernel) is a matrix whose columns are its last axis (TFA
     fails on it). A sparse gradient updates only its rows, with :math:`s`
-    computed from those rows, as in TFA. ``ord="nuclear"`` steps are never
-    XLA-compiled (``jit_compile`` reads ``False``): XLA's CPU SVD took 30 s
-    where TensorFlow's own SVD kernel takes 11 ms (a 125 x 1000 gradient), and
-    is less accurate in float64.
+    computed from those rows, as in TFA.
+
+    The dense step is never XLA-compiled. It runs TFA's ops, except that
+    :math:`\theta \mathrel{-}= (1-\eta_t)\lambda_t\, s` is TensorFlow's fused
+    gradient-descent kernel: TFA's bits, in two passes over memory fewer
+    (0.81x TFA's step on 8M parameters on CPU, where an XLA-compiled step
+    measured 1.15x, its reduction being slow). With ``ord="nuclear"``, XLA's CPU
+    SVD took 30 s where TensorFlow's own SVD kernel takes 11 ms (a 125 x
+    1000 gradient), and is less accurate in float64 (``jit_compile`` reads
+    ``False``).
 
     Fixes over TFA: learning-rate schedules work (TFA raises), and the legacy
     ``decay`` argument applies to :math:`\eta` (TFA ignores it). TFA's unused
@@ -119,10 +125,24 @@ class ConditionalGradient(CustomOptimizerV2):
         lr = coefficients["learning_rate"]
         coefficients.update(step_size=(1 - lr) * coefficients["lambda_"], epsilon=tf.constant(self.epsilon, dtype))
 
-    def _target(self, grad, coefficients):
+    def _target(self, grad, coefficients, compiled=None):
         if self.ord == "nuclear":
             return top_singular_direction(grad)
-        return grad / (tf.sqrt(sum_of_squares(grad, self.jit_compile)) + coefficients["epsilon"])
+        compiled = self.jit_compile if compiled is None else compiled
+        return grad / (tf.sqrt(sum_of_squares(grad, compiled)) + coefficients["epsilon"])
+
+    def dense_kernel(self, var, options):
+        """The dense step in plain ops (see the class docstring): this rule's step when a
+        subclass changes none of it."""
+        return kernel_if_unchanged(self, ConditionalGradient, ("prepare", "update_dense", "_target"), var,
+                                   self._plain_step)
+
+    def _plain_step(self, grad, var, slots, coefficients):
+        # TFA's bits in two passes fewer: eta * theta, then theta -= step_size * s in one kernel.
+        target = self._target(grad, coefficients, compiled=False)
+        with tf.control_dependencies([var.assign(var * coefficients["learning_rate"])]):
+            return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=coefficients["step_size"],
+                                                           delta=target)
 
     def update_dense(self, grad, var, slots, coefficients):
         return var.assign(var * coefficients["learning_rate"] - coefficients["step_size"] * self._target(grad, coefficients))

@@ -52,15 +52,26 @@ class CompiledAdamW(optimizers.AdamW):
         return None
 
 
+class CompiledMovingAverage(optimizers.MovingAverage):
+    """MovingAverage without its fused kernel: the compiled after_step every wrapper without one takes."""
+
+    def after_kernel(self, var):
+        return None
+
+
 def _make(kind, jit_compile):
     if kind == "ma_keras_adam":  # the average's compiled step runs after the built-in's step, in its own chunks
         inner = optimizers.keras.optimizers.legacy.Adam(0.05)
-        return optimizers.MovingAverage(inner, average_decay=0.8, jit_compile=jit_compile)
-    # Averaged, AdamW's variables keep the compiled step: the average is fused into it.
-    adamw = (CompiledAdamW if kind == "compiled_adamw" else optimizers.AdamW)(
-        weight_decay=0.01, learning_rate=0.05, exclude_from_weight_decay=["bias"], jit_compile=jit_compile)
-    return adamw if kind == "compiled_adamw" else optimizers.MovingAverage(adamw, average_decay=0.8,
-                                                                            jit_compile=jit_compile)
+        return CompiledMovingAverage(inner, average_decay=0.8, jit_compile=jit_compile)
+    if kind == "kernels":  # AdamW's and the average's fused kernels: nothing to compile
+        adamw = optimizers.AdamW(weight_decay=0.01, learning_rate=0.05, exclude_from_weight_decay=["bias"],
+                                 jit_compile=jit_compile)
+        return optimizers.MovingAverage(adamw, average_decay=0.8, jit_compile=jit_compile)
+    adamw = CompiledAdamW(weight_decay=0.01, learning_rate=0.05, exclude_from_weight_decay=["bias"],
+                          jit_compile=jit_compile)
+    # Averaged ("ma_adamw"), the average is fused into the compiled step of each chunk.
+    return adamw if kind == "compiled_adamw" else CompiledMovingAverage(adamw, average_decay=0.8,
+                                                                        jit_compile=jit_compile)
 
 
 def _train(kind, jit_compile, in_function):
@@ -74,7 +85,7 @@ def _train(kind, jit_compile, in_function):
         step = tf.function(step)  # one trace per pattern of None gradients
     for grads in _schedule(len(variables)):
         step(grads)
-    averages = [optimizer.average_of(v) for v in variables] if kind.startswith("ma_") else []
+    averages = [optimizer.average_of(v) for v in variables] if kind != "compiled_adamw" else []
     return optimizer, [v.numpy() for v in variables], [a.numpy() for a in averages]
 
 
@@ -105,6 +116,17 @@ def test_compiled_function_count_is_bounded_by_signature_groups(kind, in_functio
     for ours, plain in zip(values + averages, plain_values + plain_averages):
         tol = 1e-6 if ours.dtype == np.float32 else 1e-12
         np.testing.assert_allclose(ours, plain, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "tf_function"])
+def test_fused_kernels_compile_nothing_and_give_the_plain_numbers_exactly(in_function):
+    """MovingAverage(AdamW) on small variables: AdamW's decay and Adam kernels, then the
+    average's kernel, with jit_compile=True, are the plain-ops steps bit for bit."""
+    optimizer, values, averages = _train("kernels", True, in_function)
+    assert compiled_function_count(optimizer) == 0
+    plain_values, plain_averages = _plain("kernels")
+    for ours, plain in zip(values + averages, plain_values + plain_averages):
+        np.testing.assert_array_equal(ours, plain)
 
 
 def test_count_of_a_builtin_optimizer_is_zero():

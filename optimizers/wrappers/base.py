@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -71,6 +71,15 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         variable's update (one pass over memory), before the inner optimizer
         counts the step in ``iterations``; with any other, after the inner
         step.
+    ``after_kernel(self, var) -> Callable | None``
+        Optional, rarely needed. :meth:`after_step` of ``var`` as TensorFlow
+        ops that run as they are, never XLA-compiled (a fused kernel),
+        computing exactly what ``after_step`` does, called as
+        ``kernel(var, slots, coefficients)``; ``None`` (the default) when
+        there is none. It runs instead of ``after_step`` except on a variable
+        large enough to be compiled alone (over 2^18 elements, with
+        ``jit_compile``), where one compiled pass is faster: on many small
+        variables it compiles nothing.
 
     Guaranteed by the base: the wrapper and the inner optimizer share one
     step counter (``iterations``), the learning rate and the inner
@@ -157,6 +166,10 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
 
     def after_step(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict[str, Any]) -> Any:
         """The wrapper's rule for one variable after the inner step. Defaults to none."""
+
+    def after_kernel(self, var: tf.Variable) -> Callable | None:
+        """:meth:`after_step` of ``var`` as ops that are never compiled (a fused kernel). Defaults to none."""
+        return None
 
     # --------------------------------------------------------- inner optimizer
     @property
@@ -321,9 +334,19 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         """The wrapper's slots of ``var``, as :meth:`after_step` receives them."""
         return slots_lib.get_slots(self, var, self._specs_of(var))
 
+    def _after_kernel(self, var: tf.Variable) -> Callable | None:
+        """:meth:`after_kernel` of ``var``, unless ``var`` is compiled alone: then one compiled
+        pass (``benchmarks/bench_wrappers.py``)."""
+        if self.jit_compile and is_plain_resource_variable(var) and not compiled.batchable(var):
+            return None
+        return self.after_kernel(var)
+
     def _after_variable(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict) -> Any:
-        """:meth:`after_step` of one variable, compiled (one function per shape and dtype) with
-        ``jit_compile``."""
+        """:meth:`after_step` of one variable: its kernel, if any, else compiled (one function per
+        shape and dtype) with ``jit_compile``."""
+        kernel = self._after_kernel(var)
+        if kernel is not None:
+            return kernel(var, slots, coefficients)
         if self.jit_compile and is_plain_resource_variable(var):
             key = ("after",) + compiled.signature(var, {})
             return self._compiled.run(self.after_step, key, var, slots, coefficients)
@@ -334,14 +357,14 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         """:meth:`after_step` of every variable of ``var_list`` after the inner step (an inner
         optimizer not written on the template, or a template rule's hand-fused kernel, which
         passes ``iterations``: see :meth:`step_coefficients`). Without a strategy, the compiled
-        steps of the small variables run in chunks of one shape and dtype (see
-        ``optimizers/compiled.py``)."""
+        steps of the small variables without an :meth:`after_kernel` run in chunks of one shape
+        and dtype (see ``optimizers/compiled.py``)."""
         by_dtype = {dtype: self.step_coefficients(dtype, iterations) for dtype in {v.dtype.base_dtype for v in var_list}}
         groups: dict = {}
         if self.jit_compile and not tf.distribute.has_strategy():
             rest = []
             for var in var_list:
-                if compiled.batchable(var):
+                if compiled.batchable(var) and self.after_kernel(var) is None:
                     groups.setdefault((var.device,) + compiled.signature(var, {}), []).append(
                         (var, self._slots_of(var)))
                 else:

@@ -13,6 +13,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool, evaluate
+from optimizers.rule import kernel_if_unchanged
 from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["MovingAverage"]
@@ -79,11 +80,15 @@ class MovingAverage(AveragingWrapper):
             at 0.1 and grows. Defaults to ``False``.
         name: Defaults to ``"MovingAverage"``.
         **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm`` (set on the
-            inner optimizer) and ``jit_compile``: compile each average update
-            with XLA, one pass over memory instead of three. Defaults to
-            ``True``. XLA may fuse the multiply and subtract (FMA), so averages
-            can differ from TFA's in the last bit; ``jit_compile=False`` gives
-            TFA's bits exactly.
+            inner optimizer) and ``jit_compile``: compile the average update
+            with XLA where that pays: on a variable of over 2^18 elements (one
+            pass over memory instead of three), and inside a template
+            optimizer's compiled step. Defaults to ``True``. Elsewhere, and
+            everywhere with ``jit_compile=False``, it is TensorFlow's fused
+            gradient-descent kernel (:meth:`after_kernel`), with nothing to
+            compile and TFA's bits exactly. XLA may fuse the multiply and
+            subtract (FMA), so compiled averages can differ from TFA's in the
+            last bit.
 
     Example:
 
@@ -126,6 +131,17 @@ class MovingAverage(AveragingWrapper):
 
     def average_step(self, average: tf.Variable, var: tf.Variable, coefficients: dict[str, Any]) -> Any:
         return average.assign_sub((average - var) * (1 - coefficients["decay"]), read_value=False)
+
+    def after_kernel(self, var):
+        """:math:`a - \theta_t`, then TensorFlow's fused gradient-descent kernel on :math:`a` with
+        step :math:`1 - d_t`: TFA's bits, nothing to compile (when a subclass changes none of it)."""
+        return kernel_if_unchanged(self, MovingAverage, ("prepare", "after_step", "average_step"), var,
+                                   self._average_kernel)
+
+    def _average_kernel(self, var, slots, coefficients):
+        average = slots["average"]
+        return tf.raw_ops.ResourceApplyGradientDescent(var=average.handle, alpha=1 - coefficients["decay"],
+                                                       delta=average - var)
 
     def _config_value(self, pname: str) -> Any:
         if pname == "num_updates" and isinstance(self.num_updates, tf.Variable):

@@ -418,11 +418,13 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         for key, (step, coefficients, items) in groups.items():
             with tf.device(key[0]):
                 calls.extend(self._compiled.run_group(step, key[1:], items, coefficients))
+        # One op standing for many: each op created under it gets one control input, not one per update.
+        done = tf.group(calls + kernels) if not tf.executing_eagerly() else None
         if averaged:
-            with tf.control_dependencies(kernels):
-                kernels = [self._after_update._after_steps(tf.distribute.get_strategy(), averaged, True,
-                                                           self.iterations)]
-        with tf.control_dependencies(calls + kernels):
+            with tf.control_dependencies([done] if done is not None else []):
+                done = self._after_update._after_steps(tf.distribute.get_strategy(), averaged, True,
+                                                       self.iterations)
+        with tf.control_dependencies([done] if done is not None else []):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
     def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:

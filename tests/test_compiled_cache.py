@@ -129,6 +129,27 @@ def test_fused_kernels_compile_nothing_and_give_the_plain_numbers_exactly(in_fun
         np.testing.assert_array_equal(ours, plain)
 
 
+def test_a_wrapper_compiles_only_shapes_with_many_variables():
+    """Shapes with fewer than AFTER_KERNEL_MAX_GROUP variables take the average's kernel; a
+    shape with more compiles its chunks (a chunk of 8 and a chunk of 1: two functions)."""
+    from optimizers.wrappers.base import AFTER_KERNEL_MAX_GROUP
+
+    shapes = [(2,)] * (AFTER_KERNEL_MAX_GROUP + 1) + [(3,)] * 3
+    results = []
+    for jit_compile in (True, False):
+        rng = np.random.RandomState(0)
+        variables = [tf.Variable(rng.randn(*shape).astype("float32")) for shape in shapes]
+        optimizer = optimizers.MovingAverage(optimizers.keras.optimizers.legacy.Adam(0.05), average_decay=0.8,
+                                             jit_compile=jit_compile)
+        for _ in range(3):
+            optimizer.apply_gradients([(tf.constant(rng.randn(*v.shape).astype("float32")), v) for v in variables])
+        results.append((compiled_function_count(optimizer), [optimizer.average_of(v).numpy() for v in variables]))
+    (count, averages), (plain_count, plain_averages) = results
+    assert (count, plain_count) == (len(compiled.CHUNK_SIZES), 0)
+    for ours, plain in zip(averages, plain_averages):
+        np.testing.assert_allclose(ours, plain, rtol=1e-6, atol=1e-6)
+
+
 def test_count_of_a_builtin_optimizer_is_zero():
     var = tf.Variable([1.0])
     optimizer = optimizers.keras.optimizers.legacy.Adam(0.1)

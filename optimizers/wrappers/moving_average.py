@@ -128,9 +128,10 @@ class MovingAverage(AveragingWrapper):
             count = step - self.start_step
             decay = tf.minimum(decay, (1.0 + count) / (10.0 + count))
         coefficients["decay"] = tf.cast(tf.where(step < self.start_step, tf.zeros_like(decay), decay), dtype)
+        coefficients["one_minus_decay"] = 1 - coefficients["decay"]
 
     def average_step(self, average: tf.Variable, var: tf.Variable, coefficients: dict[str, Any]) -> Any:
-        return average.assign_sub((average - var) * (1 - coefficients["decay"]), read_value=False)
+        return average.assign_sub((average - var) * coefficients["one_minus_decay"], read_value=False)
 
     def after_kernel(self, var):
         """:math:`a - \theta_t`, then TensorFlow's fused gradient-descent kernel on :math:`a` with
@@ -140,7 +141,7 @@ class MovingAverage(AveragingWrapper):
 
     def _average_kernel(self, var, slots, coefficients):
         average = slots["average"]
-        return tf.raw_ops.ResourceApplyGradientDescent(var=average.handle, alpha=1 - coefficients["decay"],
+        return tf.raw_ops.ResourceApplyGradientDescent(var=average.handle, alpha=coefficients["one_minus_decay"],
                                                        delta=average - var)
 
     def _config_value(self, pname: str) -> Any:

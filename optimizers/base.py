@@ -129,6 +129,7 @@ class OptimizerBase(OptimizerV2):
         saving.slot_index(self)[(var.name, slot_name)] = (var, slot)
         return slot
 
+    @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def minimize(self, loss: Any, var_list: Any, grad_loss: Any = None, name: str | None = None,
                  decay_var_list: Any = None, tape: tf.GradientTape | None = None) -> Any:
         """Minimize ``loss`` (see OptimizerV2). ``decay_var_list``, when given, goes to

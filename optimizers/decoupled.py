@@ -147,6 +147,7 @@ class DecoupledWeightDecayExtension(OptimizerBase):
     def _decays(self, var: tf.Variable) -> bool:
         return self._weight_decay_policy.applies_to(var, self._decay_var_mask)
 
+    @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def apply_gradients(self, grads_and_vars: Iterable, name: str | None = None,
                         decay_var_list: Iterable[tf.Variable] | None = None, **kwargs: Any) -> Any:
         """Apply gradients (see OptimizerV2). ``decay_var_list``: if given, exactly

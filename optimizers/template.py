@@ -548,6 +548,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         return out
 
     # ------------------------------------------------------------- public API
+    @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def apply_gradients(self, grads_and_vars: Iterable, name: str | None = None,
                         experimental_aggregate_gradients: bool = True, *,
                         decay_var_list: Iterable[tf.Variable] | None = None) -> Any:

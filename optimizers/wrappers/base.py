@@ -281,6 +281,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         return out
 
     # ------------------------------------------------------------------- step
+    @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def apply_gradients(self, grads_and_vars: Iterable, name: str | None = None,
                         experimental_aggregate_gradients: bool = True, **kwargs: Any) -> Any:
         """:meth:`before_step`, the inner optimizer's ``apply_gradients``, then

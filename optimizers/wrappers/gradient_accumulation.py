@@ -150,6 +150,7 @@ class GradientAccumulation(OptimizerWrapper):
         create_hypers(self)  # before the slots: a SavedModel's restored slots hand it over
         super()._create_all_weights(var_list)
 
+    @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def apply_gradients(self, grads_and_vars: Iterable, name: str | None = None,
                         experimental_aggregate_gradients: bool = True, **kwargs: Any) -> Any:
         """Accumulate these gradients; every ``accumulation_steps``-th call, apply their mean.

@@ -118,7 +118,8 @@ class MovingAverage(AveragingWrapper):
         self.add_option("dynamic_decay", dynamic_decay, functools.partial(check_bool, "dynamic_decay"))
 
     def prepare(self, dtype: tf.DType, coefficients: dict[str, Any]) -> None:
-        """:math:`d_t`, computed in float32 from :math:`t` (the steps before this one)."""
+        """:math:`d_t` (``"decay"``), computed in float32 from :math:`t` (the steps before this
+        one), and :math:`1 - d_t` (``"one_minus_decay"``)."""
         step = tf.cast(coefficients["iterations"] - 1, tf.float32)
         decay = tf.cast(evaluate(self._read_hyperparameter("average_decay"), step), tf.float32)
         if self.num_updates is not None:

@@ -215,6 +215,7 @@ class MultiOptimizer(CustomOptimizerV2):
     def update_sparse(self, grad: Any, var: tf.Variable, indices: Any, slots: dict, coefficients: dict) -> Any:
         return tf.no_op()
 
+    @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def apply_gradients(self, grads_and_vars: Any, name: str | None = None,
                         experimental_aggregate_gradients: bool = True, *, decay_var_list: Any = None) -> Any:
         if decay_var_list is not None:

@@ -135,8 +135,9 @@ class Adam(CustomOptimizerV2):
             if self.amsgrad:
                 v_rows = tf.maximum(tf.gather(slots["vhat"], indices), v_rows)
                 writes.append(slots["vhat"].scatter_update(tf.IndexedSlices(v_rows, indices)))
-            with tf.control_dependencies(writes):
-                return var.scatter_sub(tf.IndexedSlices(self._update(m_rows, v_rows, coefficients), indices))
+            # The three scatters read only the rows computed above: none waits for another (as TFA).
+            update = var.scatter_sub(tf.IndexedSlices(self._update(m_rows, v_rows, coefficients), indices))
+            return tf.group(writes + [update])
         # Every row's moments decay, the gradient's rows are scattered in (Keras 2's sparse Adam).
         m.assign(m * beta_1)
         m_t = m.scatter_add(tf.IndexedSlices(grad * (1 - beta_1), indices))

@@ -135,7 +135,7 @@ class MovingAverage(AveragingWrapper):
         return average.assign_sub((average - var) * coefficients["one_minus_decay"], read_value=False)
 
     def after_kernel(self, var):
-        """:math:`a - \theta_t`, then TensorFlow's fused gradient-descent kernel on :math:`a` with
+        r""":math:`a - \theta_t`, then TensorFlow's fused gradient-descent kernel on :math:`a` with
         step :math:`1 - d_t`: TFA's bits, nothing to compile (when a subclass changes none of it)."""
         return kernel_if_unchanged(self, MovingAverage, ("prepare", "after_step", "average_step"), var,
                                    self._average_kernel)

@@ -48,7 +48,7 @@ import tensorflow as tf
 
 from optimizers.keras_compat import is_plain_resource_variable
 
-__all__ = ["CompiledSteps", "BATCH_MAX_ELEMENTS", "CHUNK_SIZES", "batchable", "compiled_function_count"]
+__all__ = ["CompiledSteps", "BATCH_MAX_ELEMENTS", "CHUNK_SIZES", "batchable", "alone", "compiled_function_count"]
 
 # Variables up to this size are updated in chunks of one signature group (measured: 64
 # variables of 125k floats, 1.35x the fused Adam kernel with a call each, 1.05x batched;
@@ -95,6 +95,12 @@ def batchable(var: Any) -> bool:
     up to ``BATCH_MAX_ELEMENTS`` (larger ones keep a call each)."""
     size = var.shape.num_elements()
     return is_plain_resource_variable(var) and size is not None and size <= BATCH_MAX_ELEMENTS
+
+
+def alone(var: Any) -> bool:
+    """Whether a compiled step of ``var`` is a call of its own: a plain resource variable too large
+    for a chunk (where one compiled pass beats a fused kernel's passes plus another op's)."""
+    return is_plain_resource_variable(var) and not batchable(var)
 
 
 def chunks(n: int) -> list[int]:

@@ -28,9 +28,10 @@ KERNEL_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 def kernel_if_unchanged(rule: Any, owner: type, hooks: Sequence[str], var: tf.Variable,
                         kernel: Callable) -> Callable | None:
-    """``kernel`` (``owner``'s fused dense step, for ``UpdateRule.dense_kernel``) if ``rule``'s class
-    still has ``owner``'s ``hooks`` (a subclass that changes the rule must not inherit the kernel)
-    and ``var``'s dtype is one of :data:`KERNEL_DTYPES`; else ``None``."""
+    """``kernel`` (``owner``'s uncompiled step of ``var``: ``UpdateRule.dense_kernel``,
+    ``OptimizerWrapper.after_kernel``) if ``rule``'s class still has ``owner``'s ``hooks`` (a
+    subclass that changes the step must not inherit the kernel) and ``var``'s dtype is one of
+    :data:`KERNEL_DTYPES`; else ``None``."""
     unchanged = all(getattr(type(rule), hook) is getattr(owner, hook) for hook in hooks)
     return kernel if unchanged and var.dtype.base_dtype in KERNEL_DTYPES else None
 

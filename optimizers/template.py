@@ -445,7 +445,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return kernel
         if placement != "before":
             return None
-        if getattr(rule, "jit_compile", False) and is_plain_resource_variable(var) and not compiled.batchable(var):
+        if getattr(rule, "jit_compile", False) and compiled.alone(var):
             return None
         return _DecayThenKernel(rule._weight_decay, kernel)
 

@@ -349,7 +349,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def _after_kernel(self, var: tf.Variable) -> Callable | None:
         """:meth:`after_kernel` of ``var``, unless ``var`` is compiled alone: then one compiled
         pass (``MovingAverage(Adam)`` on 8 variables of 1M, 2 cores: 0.89x the kernel's step)."""
-        if self.jit_compile and is_plain_resource_variable(var) and not compiled.batchable(var):
+        if self.jit_compile and compiled.alone(var):
             return None
         return self.after_kernel(var)
 

@@ -196,6 +196,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self._decay_var_mask: VariableMask | None = None
         self._after_update: Any = None  # an OptimizerWrapper whose after_step runs inside this step
         self._var_specs: dict = {}  # (rule, variable) -> its slot specs
+        self._slotted: set = set()  # the variables whose slots exist (slots are never removed)
         self._compiled = compiled.CompiledSteps()
         if decay is not None:
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
@@ -322,8 +323,12 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     # ------------------------------------------------- OptimizerV2's private hooks
     def _create_slots(self, var_list: Iterable[tf.Variable]) -> None:
+        """Slots of the variables that have none yet (Keras calls this hook every step)."""
         self.lock_options()
-        var_list = list(var_list)
+        slotted = self._slotted
+        var_list = [v for v in var_list if variable_key(v) not in slotted]
+        if not var_list:
+            return
         updaters_lib.check_whole_variables(self._rule_of, var_list)
         own = [v for v in var_list if self._rule_of(v) is self]
         if self.slot_order == "variable":
@@ -338,6 +343,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             rule = self._rule_of(var)
             if rule is not self:
                 slots_lib.create_slots(self, var, self._specs_of(rule, var), prefix=self._prefix(rule))
+        slotted.update(variable_key(v) for v in var_list)
 
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
         apply_state[(var_device, var_dtype)].update(self.step_coefficients(var_dtype, self.iterations))

@@ -253,8 +253,10 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         return specs
 
     def _create_slots(self, var_list: Iterable[tf.Variable]) -> None:
+        """Slots of the variables that have none yet (``_create_all_weights`` runs every step)."""
         for var in var_list:
-            slots_lib.create_slots(self, var, self._specs_of(var))
+            if variable_key(var) not in self._seen:
+                slots_lib.create_slots(self, var, self._specs_of(var))
 
     def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
         # Keras calls this hook on load (.h5), and so does apply_gradients: the inner

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from optimizers import config as config_lib
 from optimizers import saving
+from optimizers.hyperparameters import assertion
 from optimizers.keras_compat import (
     KERAS2_OPTIMIZER,
     KERAS3_HINT,
@@ -69,7 +70,7 @@ def check_grads_and_vars(grads_and_vars: Any) -> list:
 
 def index_checks(grads_and_vars: list) -> list:
     """Sparse gradients' row indices must lie in ``[0, rows)``: checked before the
-    step changes anything (one min and max per sparse gradient and step).
+    step changes anything (one comparison and one reduction per sparse gradient and step).
     Eagerly an error is raised here; in a graph the returned assertions must
     run before the step's first assignment."""
     checks = []
@@ -85,8 +86,12 @@ def index_checks(grads_and_vars: list) -> list:
             if array.size and (array.min() < 0 or array.max() >= rows):
                 raise ValueError(f"{message}{array.tolist()!r}")
         else:
-            inside = tf.logical_and(tf.reduce_all(indices >= 0), tf.reduce_all(indices < rows))
-            checks.append(tf.debugging.Assert(inside, [message, indices], summarize=20))
+            # As unsigned integers, negative indices come after every signed one: one comparison checks both
+            # bounds (against at most 2**(bits-1), the first negative index, for a table of more rows).
+            unsigned = tf.uint64 if indices.dtype == tf.int64 else tf.uint32
+            bound = tf.constant(min(rows, 2 ** (8 * unsigned.size - 1)), unsigned)
+            inside = tf.reduce_all(tf.cast(indices, unsigned) < bound)
+            checks.append(assertion(inside, [message, indices], summarize=20))
     return checks
 
 

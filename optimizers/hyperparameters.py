@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from optimizers.keras_compat import LearningRateSchedule
 
-__all__ = ["Hyperparameters", "check_bool", "check_number", "checked_value", "evaluate", "is_dynamic"]
+__all__ = ["Hyperparameters", "check_bool", "check_number", "checked_value", "assertion", "evaluate", "is_dynamic"]
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -107,8 +107,14 @@ def checked_value(name: str, value: Any, low: float | None = None, high: float |
         if not bool(ok):
             raise ValueError(f"{message}{value.numpy()!r}")
         return value
-    with tf.control_dependencies([tf.debugging.Assert(ok, [message, value])]):
+    with tf.control_dependencies([assertion(ok, [message, value])]):
         return tf.identity(value)
+
+
+def assertion(condition: tf.Tensor, data: list, summarize: int = 3) -> tf.Operation:
+    """A graph assertion that fails the step with ``data`` unless ``condition``: the raw op, as
+    ``tf.debugging.Assert`` wraps it in a conditional, one function call more in every step."""
+    return tf.raw_ops.Assert(condition=condition, data=data, summarize=summarize)
 
 
 class Hyperparameters:

@@ -11,12 +11,13 @@ import tensorflow as tf
 from .optimizers_under_test import IDS, OPTIMIZERS, batches, case_model, data, hyperparameter_to_break
 
 
-def _bad_index(grads, variables):
-    """The embedding's sparse gradient with a row index past the table."""
+def _bad_index(grads, variables, row=None):
+    """The embedding's sparse gradient with a row index past the table (or ``row``)."""
     out = []
     for grad, var in zip(grads, variables):
         if isinstance(grad, tf.IndexedSlices):
-            indices = tf.tensor_scatter_nd_update(grad.indices, [[0]], [var.shape[0] + 3])
+            bad = var.shape[0] + 3 if row is None else row
+            indices = tf.tensor_scatter_nd_update(grad.indices, [[0]], tf.constant([bad], grad.indices.dtype))
             grad = tf.IndexedSlices(grad.values, indices, grad.dense_shape)
         out.append(grad)
     return out
@@ -43,6 +44,7 @@ def _nan_hyperparameter(opt):
 
 FAULTS = {
     "sparse_index_out_of_range": (_bad_index, None, (ValueError, tf.errors.InvalidArgumentError)),
+    "sparse_index_negative": (lambda g, v: _bad_index(g, v, row=-1), None, (ValueError, tf.errors.InvalidArgumentError)),
     "gradient_dtype": (_bad_dtype, None, TypeError),
     "gradient_shape": (_bad_shape, None, ValueError),
     "nan_hyperparameter": (None, _nan_hyperparameter, (ValueError, tf.errors.InvalidArgumentError)),

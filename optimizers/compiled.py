@@ -152,6 +152,11 @@ class CompiledSteps:
         """``step(*args)`` compiled; ``key`` must identify ``step`` and the trace of ``args``."""
         return self._call(key, _Step(step), args)
 
+    def evaluate(self, step: Callable[..., Any], key: Hashable, *args: Any) -> Any:
+        """``step(*args)`` compiled, returning what it returns: a tensor it computes for later ops,
+        never a variable's new value (see ``_token``); ``key`` as for :meth:`run`."""
+        return self._call(key, step, args)
+
     def run_group(self, step: Callable[..., Any], key: Hashable, items: list[tuple], shared: Any) -> list:
         """``step(*item, shared)`` for every item, in chunks (``CHUNK_SIZES``), one compiled call each;
         ``key`` must identify ``step`` and the trace of any one ``(*item, shared)``."""

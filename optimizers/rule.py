@@ -82,9 +82,10 @@ class UpdateRule(Hyperparameters):
 
     ``dense_kernel(self, var, options) -> Callable | None``
         Optional. This rule's dense step of ``var`` (given its
-        ``variable_options``) as TensorFlow ops run as they are, never
-        XLA-compiled (a hand-fused kernel, or plain ops measured faster than
-        the compiled step), computing exactly what ``update_dense`` does, called as
+        ``variable_options``) as TensorFlow ops run as they are, outside the
+        template's compiled step (a hand-fused kernel, plain ops measured faster
+        than the compiled step, or pieces of both), computing exactly what
+        ``update_dense`` does, called as
         ``kernel(grad, var, slots, coefficients)``; ``None`` (the default) when
         there is none. The template runs it instead of ``update_dense`` (after
         the weight decay, if any, unless the rule's ``weight_decay_placement``
@@ -142,7 +143,8 @@ class UpdateRule(Hyperparameters):
         return self.update_dense(dense, var, slots, coefficients)
 
     def dense_kernel(self, var: tf.Variable, options: Mapping[str, Hashable]) -> Callable | None:
-        """This rule's dense step of ``var`` as ops that are never compiled (a fused kernel). Defaults to none."""
+        """This rule's dense step of ``var`` as ops run outside the template's compiled step (a fused
+        kernel). Defaults to none."""
         return None
 
     @property

@@ -91,6 +91,25 @@ def test_lamb_in_a_tf_function_equals_tfa_eager_bit_for_bit(scenario):
                         trajectory(theirs, grads, make_variables(tf.float32)), tf.float32, "TFA eager", exact=True)
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_lamb_on_a_variable_compiled_alone_equals_tfa(mode):
+    """A kernel over ``BATCH_MAX_ELEMENTS`` takes LAMB's split step (compiled direction, TensorFlow's
+    norms, the fused gradient-descent kernel); its bias the compiled step in chunks."""
+    shape = (600, 500)
+    rng = np.random.RandomState(1)
+    grads = [(tf.constant(rng.randn(*shape).astype("float32")), tf.constant(rng.randn(shape[1]).astype("float32")))
+             for _ in range(4)]
+
+    def variables():
+        init = np.random.RandomState(0)
+        return [tf.Variable(init.randn(*shape).astype("float32"), name="dense/kernel"),
+                tf.Variable(init.randn(shape[1]).astype("float32"), name="dense/bias")]
+
+    kwargs = dict(learning_rate=0.01, weight_decay=0.01, exclude_from_weight_decay=["bias"])
+    assert_trajectories(trajectory(LAMB(**kwargs), grads, variables(), mode),
+                        trajectory(tfa.optimizers.LAMB(**kwargs), grads, variables()), tf.float32, "TFA")
+
+
 def _model(kind):
     inputs = keras.Input((2,), dtype="int32")
     if kind == "COCOB":  # TFA's COCOB has no sparse path: no embedding

@@ -196,7 +196,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self._decay_var_mask: VariableMask | None = None
         self._after_update: Any = None  # an OptimizerWrapper whose after_step runs inside this step
         self._var_specs: dict = {}  # (rule, variable) -> its slot specs
-        self._slotted: set = set()  # the variables whose slots exist (slots are never removed)
+        self._slotted: set = set()  # (variable, rule) pairs whose slots exist (slots are never removed)
         self._compiled = compiled.CompiledSteps()
         if decay is not None:
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
@@ -326,7 +326,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         """Slots of the variables that have none yet (Keras calls this hook every step)."""
         self.lock_options()
         slotted = self._slotted
-        var_list = [v for v in var_list if variable_key(v) not in slotted]
+        keys = {id(v): (variable_key(v), id(self._rule_of(v))) for v in var_list}  # an updater set later: its slots
+        var_list = [v for v in var_list if keys[id(v)] not in slotted]
         if not var_list:
             return
         updaters_lib.check_whole_variables(self._rule_of, var_list)
@@ -343,7 +344,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             rule = self._rule_of(var)
             if rule is not self:
                 slots_lib.create_slots(self, var, self._specs_of(rule, var), prefix=self._prefix(rule))
-        slotted.update(variable_key(v) for v in var_list)
+        slotted.update(keys[id(v)] for v in var_list)
 
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
         apply_state[(var_device, var_dtype)].update(self.step_coefficients(var_dtype, self.iterations))

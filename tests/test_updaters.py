@@ -89,6 +89,20 @@ def test_lookup_order_mapping_then_attached_then_attribute():
     assert isinstance(optimizers.get_updater(var), optimizers.OverwriteWithGradient)
 
 
+def test_an_updater_attached_after_the_first_step_gets_its_slots():
+    var = tf.Variable([1.0, 2.0])
+    opt = optimizers.Adam(0.1)
+    opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])  # Adam's slots
+    optimizers.set_updater(var, optimizers.SGD(0.5, momentum=0.9))
+    try:
+        before = var.numpy()
+        opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])  # the updater's momentum slot, created now
+    finally:
+        optimizers.set_updater(var, None)
+    np.testing.assert_allclose(var.numpy(), before - 0.5, rtol=1e-6)  # first momentum step: -lr * g
+    assert opt.get_slot(var, "SGD/momentum") is not None
+
+
 def test_updater_variables_are_exempt_from_clipping_and_weight_decay():
     stat = tf.Variable([0.0, 0.0])
     weight = tf.Variable([1.0, 1.0])

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool, check_number
+from optimizers.compiled import alone, signature
 from optimizers.keras_compat import keras
 from optimizers.rule import kernel_if_unchanged, sum_of_squares
 from optimizers.rules.lamb import check_constant
@@ -44,8 +45,9 @@ class NovoGrad(CustomOptimizerV2):
     its rows (of :math:`m` and :math:`\theta`; :math:`v` sums the rows'
     squares), as in TFA. :math:`\hat v` has the variable's shape (every entry
     holds the same number), as in TFA, so TFA checkpoints restore. A dense
-    step computes :math:`d` in plain ops, then the update of :math:`m` and
-    :math:`\theta` is TensorFlow's fused momentum kernel, as in TFA.
+    step computes :math:`d` in plain ops (on a large variable: the norm in
+    plain ops, the rest in one compiled pass), then the update of :math:`m`
+    and :math:`\theta` is TensorFlow's fused momentum kernel, as in TFA.
 
     Fixes over TFA: ``amsgrad=True`` works with sparse gradients (TFA raises),
     and ``get_config`` keeps ``amsgrad`` (TFA drops it, so a reloaded TFA
@@ -108,10 +110,13 @@ class NovoGrad(CustomOptimizerV2):
                             first_step=tf.equal(coefficients["step"], 1), epsilon=tf.constant(self.epsilon, dtype))
 
     def _direction(self, grad, var_rows, slots, coefficients, rows=None, compiled=None):
-        """``d`` for the gradient rows ``grad`` (the whole gradient when ``rows`` is None)."""
+        """``d`` for the gradient rows ``grad`` (the whole gradient when ``rows`` is None), and the
+        writes of the second moment."""
         compiled = self.jit_compile if compiled is None else compiled
-        # A select fuses into a compiled pass; in plain ops, tf.cond computes only the branch taken.
-        choose = (lambda pred, a, b: tf.where(pred, a(), b())) if compiled else tf.cond
+        v_t, writes = self._second_moment(grad, slots, coefficients, rows, compiled)
+        return self._scaled(grad, var_rows, v_t, coefficients, compiled), writes
+
+    def _second_moment(self, grad, slots, coefficients, rows, compiled):
         v, g2 = slots["v"], sum_of_squares(grad, compiled)
         v_t = tf.where(coefficients["first_step"], g2, v * coefficients["beta_2"] + g2 * coefficients["one_minus_beta_2"])
         writes = [v.assign(v_t)]
@@ -119,6 +124,11 @@ class NovoGrad(CustomOptimizerV2):
             vhat_t = tf.maximum(slots["vhat"], v_t)
             writes.append(slots["vhat"].assign(vhat_t))
             v_t = vhat_t if rows is None else tf.gather(vhat_t, rows)
+        return v_t, writes
+
+    def _scaled(self, grad, var_rows, v_t, coefficients, compiled):
+        # A select fuses into a compiled pass; in plain ops, tf.cond computes only the branch taken.
+        choose = (lambda pred, a, b: tf.where(pred, a(), b())) if compiled else tf.cond
         direction = grad / (tf.sqrt(v_t) + coefficients["epsilon"])
         if coefficients.get("decayed", False):
             wd = coefficients["weight_decay_factor"]
@@ -126,15 +136,34 @@ class NovoGrad(CustomOptimizerV2):
         if self.grad_averaging:
             direction = choose(coefficients["first_step"], lambda: direction,
                                lambda: direction * coefficients["one_minus_beta_1"])
-        return direction, writes
+        return direction
 
     def dense_kernel(self, var, options):
-        """The direction in plain ops, then TensorFlow's fused momentum kernel (TFA's NovoGrad runs
-        it): this rule's dense step, exactly, when a subclass changes none of it."""
-        return kernel_if_unchanged(self, NovoGrad, ("prepare", "update_dense", "_direction"), var, self._fused_step)
+        """The direction, then TensorFlow's fused momentum kernel (TFA's NovoGrad runs it): this
+        rule's dense step, exactly, when a subclass changes none of it. The direction is TFA's
+        plain ops, except on a variable compiled alone (``jit_compile``, over
+        ``BATCH_MAX_ELEMENTS``): there the norm is TensorFlow's reduction and the scaling one
+        compiled pass (reading the gradient and the variable once, writing ``d`` once)."""
+        hooks = ("prepare", "update_dense", "_direction", "_second_moment", "_scaled")
+        if self.jit_compile and alone(var):
+            key = ("scaled",) + signature(var, options)
+            return kernel_if_unchanged(self, NovoGrad, hooks, var, functools.partial(self._split_step, key))
+        return kernel_if_unchanged(self, NovoGrad, hooks, var, self._fused_step)
 
     def _fused_step(self, grad, var, slots, coefficients):
-        direction, writes = self._direction(grad, var, slots, coefficients, compiled=False)
+        return self._momentum_step(var, slots, coefficients, *self._direction(grad, var, slots, coefficients,
+                                                                              compiled=False))
+
+    def _split_step(self, key, grad, var, slots, coefficients):
+        v_t, writes = self._second_moment(grad, slots, coefficients, None, compiled=False)
+        direction = self._compiled.evaluate(self._scaled_compiled, key, grad, var, v_t, coefficients)
+        return self._momentum_step(var, slots, coefficients, direction, writes)
+
+    def _scaled_compiled(self, grad, var, v_t, coefficients):
+        return self._scaled(grad, var, v_t, coefficients, compiled=True)
+
+    @staticmethod
+    def _momentum_step(var, slots, coefficients, direction, writes):
         with tf.control_dependencies(writes):
             return tf.raw_ops.ResourceApplyKerasMomentum(var=var.handle, accum=slots["m"].handle,
                                                          lr=coefficients["learning_rate"], grad=direction,

@@ -91,10 +91,15 @@ def test_lamb_in_a_tf_function_equals_tfa_eager_bit_for_bit(scenario):
                         trajectory(theirs, grads, make_variables(tf.float32)), tf.float32, "TFA eager", exact=True)
 
 
+SPLIT_STEP = ["lamb", "lamb_split", "novograd_decay", "novograd_averaging", "novograd_amsgrad"]
+
+
 @pytest.mark.parametrize("mode", ["eager", "function"])
-def test_lamb_on_a_variable_compiled_alone_equals_tfa(mode):
-    """A kernel over ``BATCH_MAX_ELEMENTS`` takes LAMB's split step (compiled direction, TensorFlow's
-    norms, the fused gradient-descent kernel); its bias the compiled step in chunks."""
+@pytest.mark.parametrize("scenario", SPLIT_STEP)
+def test_a_variable_compiled_alone_equals_tfa(scenario, mode):
+    """A kernel over ``BATCH_MAX_ELEMENTS`` takes the rule's split step (LAMB: compiled direction,
+    TensorFlow's norms and gradient-descent kernel; NovoGrad: TensorFlow's norm, compiled scaling,
+    the fused momentum kernel); its bias the compiled step in chunks."""
     shape = (600, 500)
     rng = np.random.RandomState(1)
     grads = [(tf.constant(rng.randn(*shape).astype("float32")), tf.constant(rng.randn(shape[1]).astype("float32")))
@@ -105,9 +110,9 @@ def test_lamb_on_a_variable_compiled_alone_equals_tfa(mode):
         return [tf.Variable(init.randn(*shape).astype("float32"), name="dense/kernel"),
                 tf.Variable(init.randn(shape[1]).astype("float32"), name="dense/bias")]
 
-    kwargs = dict(learning_rate=0.01, weight_decay=0.01, exclude_from_weight_decay=["bias"])
-    assert_trajectories(trajectory(LAMB(**kwargs), grads, variables(), mode),
-                        trajectory(tfa.optimizers.LAMB(**kwargs), grads, variables()), tf.float32, "TFA")
+    ours, theirs = _pair(scenario)
+    assert_trajectories(trajectory(ours, grads, variables(), mode), trajectory(theirs, grads, variables()),
+                        tf.float32, "TFA")
 
 
 def _model(kind):

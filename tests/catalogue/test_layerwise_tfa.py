@@ -91,7 +91,7 @@ def test_lamb_in_a_tf_function_equals_tfa_eager_bit_for_bit(scenario):
                         trajectory(theirs, grads, make_variables(tf.float32)), tf.float32, "TFA eager", exact=True)
 
 
-SPLIT_STEP = ["lamb", "lamb_split", "novograd_decay", "novograd_averaging", "novograd_amsgrad"]
+SPLIT_STEP = ["lamb", "lamb_split", "novograd_decay", "novograd_averaging", "novograd_amsgrad", "cg_fro"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -99,7 +99,8 @@ SPLIT_STEP = ["lamb", "lamb_split", "novograd_decay", "novograd_averaging", "nov
 def test_a_variable_compiled_alone_equals_tfa(scenario, mode):
     """A kernel over ``BATCH_MAX_ELEMENTS`` takes the rule's split step (LAMB: compiled direction,
     TensorFlow's norms and gradient-descent kernel; NovoGrad: TensorFlow's norm, compiled scaling,
-    the fused momentum kernel); its bias the compiled step in chunks."""
+    the fused momentum kernel; ConditionalGradient: TensorFlow's norm, the rest compiled); its bias
+    the compiled step in chunks."""
     shape = (600, 500)
     rng = np.random.RandomState(1)
     grads = [(tf.constant(rng.randn(*shape).astype("float32")), tf.constant(rng.randn(shape[1]).astype("float32")))

@@ -8,8 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_number
 from optimizers.compiled import alone, signature
+from optimizers.hyperparameters import check_number
 from optimizers.rule import kernel_if_unchanged, sum_of_squares
 from optimizers.template import CustomOptimizerV2
 from optimizers.weight_decay import VariableMask

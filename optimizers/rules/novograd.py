@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_bool, check_number
 from optimizers.compiled import alone, signature
+from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
 from optimizers.rule import kernel_if_unchanged, sum_of_squares
 from optimizers.rules.lamb import check_constant

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from optimizers.keras_compat import LearningRateSchedule
 
-__all__ = ["Hyperparameters", "check_bool", "check_number", "checked_value", "assertion", "evaluate", "is_dynamic"]
+__all__ = ["Hyperparameters", "assertion", "check_bool", "check_number", "checked_value", "evaluate", "is_dynamic"]
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,

@@ -65,10 +65,27 @@ def _label(name: str) -> str:
     return f"{size // 1_000_000}M f32"
 
 
+def norm_times() -> tuple[float, float]:
+    """Wall seconds for the squared norms of 8 variables of 1M: compiled (XLA, ``sum_of_squares``'s
+    dot product, one call per variable) and TensorFlow's own reduction, interleaved. Why the
+    layer-wise rules take their norms outside XLA on a variable compiled alone."""
+    import tensorflow as tf
+
+    from optimizers.rule import sum_of_squares
+
+    variables, _ = dense_problem()
+    compiled = tf.function(functools.partial(sum_of_squares, compiled=True), jit_compile=True)
+    steps = [tf.function(lambda: [compiled(v) for v in variables]),
+             tf.function(lambda: [sum_of_squares(v, compiled=False) for v in variables])]
+    (ours, _), (peer, _) = timed(steps, per_round=20)
+    return ours, peer
+
+
 def cases() -> list[Case]:
     from optimizers import keras
 
-    out = []
+    out = [Case("layerwise norms: XLA / TensorFlow reduction, 8M f32", "tf.reduce_sum(tf.square(x))", float("inf"),
+                norm_times)]
     for name, (_, goal, size) in CONFIGS.items():
         problem = functools.partial(dense_problem, size)
         out.append(Case(f"layerwise {name} / fused Adam, {_label(name)}", "tf_keras legacy Adam", goal,

@@ -133,7 +133,7 @@ class LAMB(CustomOptimizerV2):
         """A variable compiled alone (``jit_compile``, over ``BATCH_MAX_ELEMENTS``) takes three
         pieces: the direction :math:`u` compiled (its pass also writes :math:`m` and :math:`v`),
         the norms as TensorFlow's reductions (XLA's CPU reductions of 8 variables of 1M measured
-        about twice as slow) and the step as TensorFlow's fused gradient-descent kernel. Each
+        3x slower: ``benchmarks/run.py "layerwise norms"``) and the step as TensorFlow's fused gradient-descent kernel. Each
         piece computes what TFA's LAMB does. Smaller variables keep the compiled step in chunks."""
         if not (self.jit_compile and alone(var)):
             return None

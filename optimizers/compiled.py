@@ -101,10 +101,11 @@ def batchable(var: Any) -> bool:
     return is_plain_resource_variable(var) and size is not None and size <= BATCH_MAX_ELEMENTS
 
 
-def alone(var: Any) -> bool:
-    """Whether a compiled step of ``var`` is a call of its own: a plain resource variable too large
-    for a chunk (where one compiled pass beats a fused kernel's passes plus another op's)."""
-    return is_plain_resource_variable(var) and not batchable(var)
+def alone(owner: Any, var: Any) -> bool:
+    """Whether ``owner`` (a rule or a wrapper) compiles ``var``'s step as a call of its own: with
+    ``jit_compile``, for a plain resource variable too large for a chunk (where one compiled pass
+    beats a fused kernel's passes plus another op's, and where TensorFlow's reductions beat XLA's)."""
+    return getattr(owner, "jit_compile", False) and is_plain_resource_variable(var) and not batchable(var)
 
 
 def chunks(n: int) -> list[int]:

@@ -452,7 +452,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return kernel
         if placement != "before":
             return None
-        if getattr(rule, "jit_compile", False) and compiled.alone(var):
+        if compiled.alone(rule, var):
             return None
         return _DecayThenKernel(rule._weight_decay, kernel)
 

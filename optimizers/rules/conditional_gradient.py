@@ -142,7 +142,7 @@ class ConditionalGradient(CustomOptimizerV2):
         subclass changes none of it. On a variable compiled alone (``jit_compile``, over
         ``BATCH_MAX_ELEMENTS``): the norm in plain ops, then the step in one compiled pass."""
         hooks = ("prepare", "update_dense", "_target")
-        if self.jit_compile and alone(var):
+        if alone(self, var):
             key = ("given norm",) + signature(var, options)
             return kernel_if_unchanged(self, ConditionalGradient, hooks, var, functools.partial(self._split_step, key))
         return kernel_if_unchanged(self, ConditionalGradient, hooks, var, self._plain_step)

@@ -135,7 +135,7 @@ class LAMB(CustomOptimizerV2):
         the norms as TensorFlow's reductions (XLA's CPU reductions of 8 variables of 1M measured
         3x slower: ``benchmarks/run.py "layerwise norms"``) and the step as TensorFlow's fused gradient-descent kernel. Each
         piece computes what TFA's LAMB does. Smaller variables keep the compiled step in chunks."""
-        if not (self.jit_compile and alone(var)):
+        if not alone(self, var):
             return None
         key = ("direction",) + signature(var, options)
         return kernel_if_unchanged(self, LAMB, ("prepare", "update_dense", "_direction", "_ratio"), var,

@@ -145,7 +145,7 @@ class NovoGrad(CustomOptimizerV2):
         ``BATCH_MAX_ELEMENTS``): there the norm is TensorFlow's reduction and the scaling one
         compiled pass (reading the gradient and the variable once, writing ``d`` once)."""
         hooks = ("prepare", "update_dense", "_direction", "_second_moment", "_scaled")
-        if self.jit_compile and alone(var):
+        if alone(self, var):
             key = ("scaled",) + signature(var, options)
             return kernel_if_unchanged(self, NovoGrad, hooks, var, functools.partial(self._split_step, key))
         return kernel_if_unchanged(self, NovoGrad, hooks, var, self._fused_step)

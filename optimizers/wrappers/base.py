@@ -351,7 +351,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def _after_kernel(self, var: tf.Variable) -> Callable | None:
         """:meth:`after_kernel` of ``var``, unless ``var`` is compiled alone: then one compiled
         pass (``MovingAverage(Adam)`` on 8 variables of 1M, 2 cores: 0.89x the kernel's step)."""
-        if self.jit_compile and compiled.alone(var):
+        if compiled.alone(self, var):
             return None
         return self.after_kernel(var)
 

@@ -320,8 +320,9 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
                 counted = bool(counted)
             if counted is False:
                 return update
-            after = maybe_merge_call(self._after_steps, tf.distribute.get_strategy(), wrapped, counted)
-        return update if tf.executing_eagerly() else tf.group(update, after)
+            # Grouped in the merge call: each replica then returns the same op, as a Keras optimizer
+            # returns one value (a LossScaleOptimizer's cond takes no per-replica ops).
+            return maybe_merge_call(self._after_steps, tf.distribute.get_strategy(), wrapped, counted, None, update)
 
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
         # A LossScaleOptimizer around this wrapper aggregates through it: the inner
@@ -367,13 +368,13 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         return self.after_step(var, slots, coefficients)
 
     def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any,
-                     iterations: Any = None) -> Any:
+                     iterations: Any = None, update: Any = None) -> Any:
         """:meth:`after_step` of every variable of ``var_list`` after the inner step (an inner
         optimizer not written on the template, or a template rule's hand-fused kernel, which
         passes ``iterations``: see :meth:`step_coefficients`). Without a strategy, the small
         variables of a shape and dtype run their :meth:`after_kernel` if they are fewer than
         :data:`AFTER_KERNEL_MAX_GROUP`, else compiled steps in chunks (see
-        ``optimizers/compiled.py``)."""
+        ``optimizers/compiled.py``). Returns them grouped with ``update`` (eagerly: ``update``)."""
         by_dtype = {dtype: self.step_coefficients(dtype, iterations) for dtype in {v.dtype.base_dtype for v in var_list}}
         groups: dict = {}
         direct: list = []
@@ -408,7 +409,9 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             with strategy.extended.colocate_vars_with(var):
                 ops.extend(tf.nest.flatten(strategy.extended.update(
                     var, self._after_step_fn, args=(by_dtype[var.dtype.base_dtype], counted), group=False)))
-        return tf.group([op for op in ops if op is not None])
+        if tf.executing_eagerly():
+            return update
+        return tf.group([op for op in [update] + ops if op is not None])
 
     def _after_step_fn(self, var: tf.Variable, coefficients: dict, counted: Any) -> Any:
         if counted is not True:  # a tensor: the inner optimizer may have skipped the step

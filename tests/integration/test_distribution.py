@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import optimizers
 from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, case_model, data
+from optimizers import keras
 
 from conftest import free_port
 
@@ -34,6 +35,28 @@ def test_mirrored_two_devices_equals_one_device(mirrored, case):
         weights.append(net.get_weights())
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
+def test_mirrored_mixed_precision_equals_one_device(mirrored, case):
+    """The same under ``mixed_float16``, a ``LossScaleOptimizer`` around the entry (whose cond
+    takes the step's result: one value, not one per replica). Tolerance 2e-3: the layers compute
+    in float16, where each replica's half batch rounds its own way."""
+    x, y = data()
+    weights = []
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        for strategy in (mirrored, tf.distribute.get_strategy()):
+            with strategy.scope():
+                net = case_model(case, seed=3)
+                net.compile(optimizer=keras.mixed_precision.LossScaleOptimizer(case.make()), loss="mse")
+            net.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+            assert int(net.optimizer.iterations.numpy()) == case.steps(4)
+            weights.append(net.get_weights())
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("reduction, expected", [("mean", 1.5), ("max", 2.0)])

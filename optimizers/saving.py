@@ -173,10 +173,11 @@ def _take_restored_scalars(optimizer: Any, restored_optimizer: Any, create: bool
     if create and any(isinstance(hyper, tf.Variable) for name, hyper in hyper_dict(restored_optimizer).items()
                       if name != "iter"):
         create_hypers(optimizer)
-    restored_iterations = hyper_dict(restored_optimizer).get("iter")  # the loader sets it as a hyperparameter
-    if restored_iterations is None:
-        restored_iterations = restored_optimizer.iterations
-    _assign(optimizer.iterations, restored_iterations)
+    # The loader sets every saved child as a hyperparameter, the step counter as "iter". An optimizer
+    # saved without one (TFA's wrappers share theirs with the inner optimizer) keeps its counter.
+    restored_iterations = hyper_dict(restored_optimizer).get("iter")
+    if restored_iterations is not None:
+        _assign(optimizer.iterations, restored_iterations)
     for name, hyper in hyper_dict(restored_optimizer).items():
         own = hyper_dict(optimizer).get(name)
         if isinstance(own, tf.Variable) and isinstance(hyper, tf.Variable):

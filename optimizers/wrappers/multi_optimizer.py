@@ -148,7 +148,8 @@ class MultiOptimizer(CustomOptimizerV2):
 
     TensorFlow Addons' ``MultiOptimizer(optimizers_and_layers=None,
     optimizer_specs=None, name="MultiOptimizer")``, same config
-    (``optimizer_specs``: each optimizer and its weights' names). Differences:
+    (``optimizer_specs``: each optimizer and its weights' names, as
+    :meth:`create_optimizer_spec` makes one). Differences:
     the optimizers are rules (a built-in Keras optimizer is refused with the
     name of its equivalent here; in a config, TFA's included, it becomes that
     equivalent); a weight in two pairs is refused (TFA applied both); the
@@ -188,6 +189,13 @@ class MultiOptimizer(CustomOptimizerV2):
                              f"optimizers_and_layers={optimizers_and_layers!r}, optimizer_specs={optimizer_specs!r}")
         self._pairs = _pairs(optimizers_and_layers, optimizer_specs)
         self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs for name in pair["weights"]}
+
+    @classmethod
+    def create_optimizer_spec(cls, optimizer: Any, layers_or_model: Any) -> dict[str, Any]:
+        """One entry of ``optimizer_specs`` (TFA's classmethod): ``{"optimizer": optimizer,
+        "weights": [names]}`` for the weights of ``layers_or_model`` (a layer, a model, or a
+        list of them), built."""
+        return {"optimizer": optimizer, "weights": _weight_names(layers_or_model, "layers_or_model")}
 
     @property
     def optimizer_specs(self) -> list[dict[str, Any]]:

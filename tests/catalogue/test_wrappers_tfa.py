@@ -169,6 +169,57 @@ def test_swa_h5_saved_with_tfa_loads_into_ours(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- AverageModelCheckpoint
+@pytest.mark.parametrize("wrapper", ["Lookahead", "MovingAverage", "SWA"])
+def test_saved_model_written_by_tfa_loads_into_ours_and_trains_on_equally(wrapper, tmp_path, monkeypatch):
+    """TFA's wrappers share their step counter with the inner optimizer: a SavedModel holds it once,
+    and loading it keeps it (it once fell back to a fresh counter, 0, and restarted the schedules)."""
+    ours_cls = getattr(optimizers, wrapper)
+    args = {"Lookahead": dict(sync_period=4), "MovingAverage": dict(average_decay=0.9), "SWA": SWA_ARGS}[wrapper]
+    theirs = _fit(getattr(tfa.optimizers, wrapper)(INNER["adam"](), **args), epochs=1)  # 6 steps
+    path = str(tmp_path / "tfa_saved_model")
+    theirs.save(path, save_format="tf")
+    # TFA is imported here, so its class owns "Addons>..."; without TFA the name maps to ours.
+    monkeypatch.setitem(keras.utils.get_custom_objects(), f"Addons>{wrapper}", ours_cls)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer) is ours_cls
+    loaded.optimizer.jit_compile = False
+    slot = "slow" if wrapper == "Lookahead" else "average"
+    for model in (loaded, theirs):
+        model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert int(loaded.optimizer.iterations.numpy()) == int(theirs.optimizer.iterations.numpy()) == 12
+    assert int(loaded.optimizer.inner_optimizer.iterations.numpy()) == 12
+    for ours_var, theirs_var in zip(loaded.trainable_variables, theirs.trainable_variables):
+        np.testing.assert_array_equal(ours_var.numpy(), theirs_var.numpy())
+        np.testing.assert_array_equal(loaded.optimizer.get_slot(ours_var, slot).numpy(),
+                                      theirs.optimizer.get_slot(theirs_var, slot).numpy())
+
+
+def test_nested_wrappers_count_every_step_where_tfa_s_innermost_counter_stays_at_zero():
+    """TFA's wrappers share their counter with the optimizer they wrap, one level down only: in
+    TFA's MovingAverage(Lookahead(Adam)), Adam's counter stays at 0, so its bias correction never
+    advances. Here every level counts, and the weights equal TFA's Lookahead(Adam) alone (the
+    moving average changes no weight)."""
+    grads = _gradients(False, steps=5)
+    runs = {}
+    for side, ma_cls, la_cls in (("ours", optimizers.MovingAverage, optimizers.Lookahead),
+                                 ("tfa", tfa.optimizers.MovingAverage, tfa.optimizers.Lookahead)):
+        adam = INNER["adam"]()
+        nested = ma_cls(la_cls(adam, sync_period=2))
+        single = la_cls(INNER["adam"](), sync_period=2)
+        runs[side] = []
+        for opt in (nested, single):
+            var = tf.Variable(np.ones(SHAPE, "float32"))
+            for grad in grads:
+                opt.apply_gradients([(grad, var)])
+            runs[side].append(var.numpy())
+        runs[side].append(int(adam.iterations.numpy()))
+    assert runs["tfa"][2] == 0  # TFA's bug
+    assert runs["ours"][2] == len(grads)
+    assert not np.allclose(runs["tfa"][0], runs["tfa"][1])  # TFA's nested run is not its Lookahead's
+    np.testing.assert_array_equal(runs["ours"][0], runs["tfa"][1])
+    np.testing.assert_array_equal(runs["ours"][1], runs["tfa"][1])
+
+
 @pytest.mark.parametrize("update_weights", [False, True])
 @pytest.mark.parametrize("wrapper", ["MovingAverage", "SWA"])
 def test_average_model_checkpoint_equals_tfa(wrapper, update_weights, tmp_path):
@@ -213,10 +264,12 @@ def _embedding_model():
                              keras.layers.Dense(2)])
 
 
+@pytest.mark.parametrize("specs", [False, True], ids=["pairs", "create_optimizer_spec"])
 @pytest.mark.parametrize("clipnorm", [None, 0.05])
-def test_multi_optimizer_step_by_step_equals_tfa(clipnorm):
+def test_multi_optimizer_step_by_step_equals_tfa(clipnorm, specs):
     """An embedding (sparse gradients with repeated rows), two dense layers; with and without a
-    sub-optimizer's own clipping (TFA's sub-optimizer clips its gradients, so does ours)."""
+    sub-optimizer's own clipping (TFA's sub-optimizer clips its gradients, so does ours); the pairs
+    given as they are or as ``optimizer_specs`` made by each side's ``create_optimizer_spec``."""
     rng = np.random.RandomState(5)
     tokens = rng.randint(0, 6, size=(8, 3)).astype("int32")
     tokens[:, 0] = 2  # a repeated row
@@ -225,7 +278,11 @@ def test_multi_optimizer_step_by_step_equals_tfa(clipnorm):
     for side in ("ours", "tfa"):
         model = _embedding_model()
         pairs = _pairs(model, side == "ours", clipnorm)
-        opt = MultiOptimizer(pairs) if side == "ours" else tfa.optimizers.MultiOptimizer(pairs)
+        cls = MultiOptimizer if side == "ours" else tfa.optimizers.MultiOptimizer
+        if specs:
+            opt = cls(optimizer_specs=[cls.create_optimizer_spec(*pair) for pair in pairs])
+        else:
+            opt = cls(pairs)
         out = []
         for step in range(4):
             with tf.GradientTape() as tape:
@@ -238,6 +295,17 @@ def test_multi_optimizer_step_by_step_equals_tfa(clipnorm):
     for step, (ours, theirs) in enumerate(zip(runs["ours"], runs["tfa"]), start=1):
         for a, b in zip(ours, theirs):
             np.testing.assert_allclose(a, b, err_msg=f"step {step}", **TOLERANCE[tf.float32])
+
+
+def test_multi_optimizer_create_optimizer_spec_is_tfas():
+    model = _embedding_model()
+    opt = keras.optimizers.legacy.Adam(0.01)
+    assert list(inspect.signature(MultiOptimizer.create_optimizer_spec).parameters) == list(
+        inspect.signature(tfa.optimizers.MultiOptimizer.create_optimizer_spec).parameters)
+    for layers in (model.layers[0], model.layers[1:], model):
+        ours = MultiOptimizer.create_optimizer_spec(opt, layers)
+        assert ours == tfa.optimizers.MultiOptimizer.create_optimizer_spec(opt, layers)
+        assert ours["optimizer"] is opt
 
 
 def test_multi_optimizer_model_fit_equals_tfa():

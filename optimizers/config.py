@@ -9,6 +9,7 @@ wrapped optimizers are nested in configs by their registered names.
 from __future__ import annotations
 
 import copy
+import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -104,8 +105,31 @@ def deserialize_optimizer(config: Any, custom_objects: dict | None = None) -> An
     registered = keras.utils.get_registered_object(config.get("registered_name") or "", custom_objects)
     if registered is not None:
         return registered.from_config(config["config"], custom_objects=custom_objects)
-    return keras.optimizers.deserialize(config, custom_objects=custom_objects,
-                                        use_legacy_format="module" not in config, use_legacy_optimizer=True)
+    module = config.get("module")
+    try:
+        optimizer = keras.optimizers.deserialize(copy.deepcopy(config), custom_objects=custom_objects,
+                                                 use_legacy_format=module is None, use_legacy_optimizer=True)
+    except TypeError:
+        _check_importable(config)
+        raise
+    if isinstance(optimizer, str) and module:
+        # Keras returns the class name of a class it does not know; the config names its module,
+        # which Keras imports for a top-level object (``load_model``) and so do we for a nested one.
+        _check_importable(config)
+        optimizer = keras.saving.deserialize_keras_object(config, custom_objects=custom_objects)
+    return optimizer
+
+
+def _check_importable(config: dict) -> None:
+    """Refuse, saying what to do, a config whose class's module (``config["module"]``) does not import."""
+    if not config.get("module"):
+        return
+    try:
+        importlib.import_module(config["module"])
+    except ImportError as error:
+        raise ValueError(f"Optimizer class {config.get('class_name')!r}: its module {config['module']!r} does "
+                         f"not import ({error}); make it importable or pass the class in `custom_objects`. "
+                         f"Received: {config!r}") from None
 
 
 def resolve_optimizer(optimizer: Any, argument: str = "optimizer") -> OptimizerV2:

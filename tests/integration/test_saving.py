@@ -108,3 +108,53 @@ def test_load_under_mirrored_strategy_continues_like_one_device(mirrored, case, 
     for (name, a), b in zip(expected.items(), got.values()):
         if "iter" not in name:  # checked above
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+USER_MODULE = '''
+import tensorflow as tf
+import optimizers
+
+@optimizers.keras.utils.register_keras_serializable(package="user_rules")
+class SignSGD(optimizers.CustomOptimizerV2):
+    def __init__(self, learning_rate=0.01, name="SignSGD", **kwargs):
+        super().__init__(name, **kwargs)
+        self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+
+    def update_dense(self, grad, var, slots, coefficients):
+        return var.assign_sub(coefficients["learning_rate"] * tf.sign(grad))
+'''
+
+
+def test_a_user_optimizer_two_wrappers_deep_loads_in_a_process_that_has_not_imported_it(tmp_path, monkeypatch):
+    """``load_model`` imports the module a ``.keras`` file names for the top-level optimizer; the
+    wrappers import it for the optimizer they nest (Keras's optimizer lookup alone returns the
+    class name). A module that does not import gets an error that says what to do."""
+    import importlib
+    import sys
+
+    import optimizers
+
+    (tmp_path / "user_rules.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    user_rules = importlib.import_module("user_rules")
+    net = case_model(OPTIMIZERS[0])
+    net.compile(optimizer=optimizers.Lookahead(optimizers.MovingAverage(user_rules.SignSGD(0.01))), loss="mse")
+    _fit(net, epochs=1)
+    path = str(tmp_path / "model.keras")
+    net.save(path)
+    # As in a fresh process: the module not imported, its class not registered.
+    monkeypatch.delitem(sys.modules, "user_rules")
+    monkeypatch.delitem(keras.utils.get_custom_objects(), "user_rules>SignSGD")
+    loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer.inner_optimizer.inner_optimizer).__name__ == "SignSGD"
+    _fit(net, epochs=1)
+    _fit(loaded, epochs=1)
+    for a, b in zip(net.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+    monkeypatch.delitem(sys.modules, "user_rules")
+    monkeypatch.delitem(keras.utils.get_custom_objects(), "user_rules>SignSGD")
+    (tmp_path / "user_rules.py").unlink()
+    importlib.invalidate_caches()  # the path's finder still lists the file otherwise
+    with pytest.raises(ValueError, match=r"'SignSGD': its module 'user_rules' does not import .*`custom_objects`"):
+        keras.models.load_model(path)

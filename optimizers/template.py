@@ -580,8 +580,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             config["jit_compile"] = False
         if self.skip_non_finite:
             config["skip_non_finite"] = True
-        if self._routing.patterns:  # updaters keyed by variable objects cannot be serialized
-            config["updaters"] = {k: config_lib.serialize_object(v) for k, v in self._routing.patterns.items()}
+        saved = self._routing.saved_patterns()  # a variable's own rule under its exact name
+        if saved:
+            config["updaters"] = {k: config_lib.serialize_object(v) for k, v in saved.items()}
         return config
 
     def _config_value(self, pname: str) -> Any:

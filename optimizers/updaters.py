@@ -20,6 +20,7 @@ hyperparameters (schedules too) are evaluated at the optimizer's step.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -329,6 +330,29 @@ class Routing:
             if matches:
                 return matches[0][1]
         return get_updater(var)
+
+    def saved_patterns(self) -> dict[str, UpdateRule]:
+        """What a config keeps of the routing: the regexes, then, for each variable this routing
+        has resolved whose rule came from the variable itself (a ``var.ref()`` key,
+        :func:`set_updater`, ``overwrite_with_gradient``), its exact name, so that a loaded model
+        (new variables, same names) routes it alike. A variable whose exact name would clash (a
+        regex or another variable of the same name routes it elsewhere) is left out, with a
+        warning."""
+        outcomes: dict[str, dict[int, UpdateRule | None]] = {}  # name -> the rules its variables take
+        clashes = set()
+        for var, _, _ in list(self._resolved.values()):
+            rule, name = self.lookup(var), variable_name(var)
+            by_pattern = [self.patterns[p] for p in self._names.matching_patterns(name)] if self.patterns else []
+            own = None if rule is None or (by_pattern and by_pattern[0] is rule) else rule
+            if own is not None and by_pattern:
+                clashes.add(name)
+            outcomes.setdefault(name, {})[id(own)] = own
+        clashes.update(name for name, rules in outcomes.items() if len(rules) > 1)
+        exact = {name: rule for name, rules in outcomes.items() if name not in clashes
+                 for rule in rules.values() if rule is not None}
+        saved = dict(self.patterns)
+        saved.update({f"^{re.escape(name)}$": rule for name, rule in exact.items()})
+        return saved
 
     def rules(self) -> list[UpdateRule]:
         """Every rule named in the mapping."""

@@ -44,8 +44,8 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         except (TypeError, ValueError):
             raise TypeError(f"`{name}` must be a float, a tensor, a callable or a LearningRateSchedule. "
                             f"Received: {name}={value!r}") from None
-    if math.isnan(number):
-        raise ValueError(f"`{name}` must not be NaN. Received: {name}={value!r}")
+    if not math.isfinite(number):
+        raise ValueError(f"`{name}` must be a finite number. Received: {name}={value!r}")
     too_low = low is not None and (number < low or (not low_inclusive and number == low))
     too_high = high is not None and (number > high or (not high_inclusive and number == high))
     if too_low or too_high:
@@ -97,12 +97,13 @@ def checked_value(name: str, value: Any, low: float | None = None, high: float |
     if value.shape.rank not in (0, None):
         raise ValueError(f"`{name}` must evaluate to a scalar. Received: {name}={value!r}")
     number = tf.cast(value, tf.float64)
-    ok = tf.logical_not(tf.math.is_nan(number))
+    ok = tf.math.is_finite(number)
     if low is not None:
         ok = tf.logical_and(ok, number >= low if low_inclusive else number > low)
     if high is not None:
         ok = tf.logical_and(ok, number <= high if high_inclusive else number < high)
-    message = f"`{name}` must be a number in {_interval(low, high, low_inclusive, high_inclusive)}. Received: {name}="
+    message = (f"`{name}` must be a finite number in {_interval(low, high, low_inclusive, high_inclusive)}. "
+               f"Received: {name}=")
     if tf.executing_eagerly():
         if not bool(ok):
             raise ValueError(f"{message}{value.numpy()!r}")
@@ -141,6 +142,9 @@ class Hyperparameters:
         against ``[low, high]`` now and whenever the attribute is set;
         schedules, callables and variables at each step.
         """
+        if name in self.__dict__.get("_hyper_bounds", {}):
+            raise ValueError(f"Hyperparameter {name!r} is already declared: declare each one once (to change its "
+                             f"value, set the attribute). Received: {name}={value!r}")
         bounds = dict(low=low, high=high, low_inclusive=low_inclusive, high_inclusive=high_inclusive)
         check_number(name, value, **bounds)
         self.__dict__.setdefault("_hyper_bounds", {})[name] = bounds

@@ -211,6 +211,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         ``low_inclusive``, ``high_inclusive``) now and whenever the attribute
         is set. Kept as OptimizerV2 hyperparameters: checkpointed variables.
         """
+        if not hasattr(self, "_routing"):
+            raise TypeError(f"{type(self).__name__}.__init__ must call `super().__init__(name, **kwargs)` before "
+                            f"declaring hyperparameters. Received: add_hyperparameter({name!r}) first")
         if name == "learning_rate" and self._lr_alias is not None:
             value = self._lr_alias
         super().add_hyperparameter(name, value, **bounds)

@@ -50,10 +50,19 @@ class SlotSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"`name` must be a non-empty string. Received: name={self.name!r}")
+        if not (isinstance(self.initializer, str) or callable(self.initializer)):
+            raise TypeError("`initializer` must be a Keras initializer name or a callable (shape, dtype) -> "
+                            f"tensor. Received: initializer={self.initializer!r}")
+        if self.shape is not None and not callable(self.shape):
+            raise TypeError("`shape` must be a function of the variable's shape (for example "
+                            f"`lambda shape: shape[:1] + [1]`), or None. Received: shape={self.shape!r}")
 
 
 def as_slot_specs(specs: Iterable[SlotSpec | str]) -> tuple[SlotSpec, ...]:
     """Turn a list of ``SlotSpec`` or plain slot names into ``SlotSpec`` values."""
+    if isinstance(specs, (str, SlotSpec)):
+        raise TypeError("`slot_specs` must return a list of SlotSpec or str values, not one value: "
+                        f"`return [{specs!r}]`. Received: {specs!r}")
     out = []
     for spec in specs:
         if isinstance(spec, str):

@@ -19,7 +19,7 @@ CONSTRUCTOR_CASES = [
     (dict(learning_rate=-1.0), ValueError, r"`learning_rate` must be in \[0.0, inf\]. Received: learning_rate=-1.0"),
     (dict(beta_1=1.5), ValueError, r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.5"),
     (dict(beta_1=1.0), ValueError, r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.0"),
-    (dict(beta_2=math.nan), ValueError, r"`beta_2` must not be NaN. Received: beta_2=nan"),
+    (dict(beta_2=math.nan), ValueError, r"`beta_2` must be a finite number. Received: beta_2=nan"),
     (dict(learning_rate="fast"), TypeError, r"`learning_rate` must be a float.*Received: learning_rate='fast'"),
     (dict(learning_rate=True), TypeError, r"Received: learning_rate=True"),
     (dict(learning_rate=None), TypeError, r"Received: learning_rate=None"),
@@ -28,7 +28,7 @@ CONSTRUCTOR_CASES = [
     (dict(epsilon=-1e-7), ValueError, r"`epsilon` must be in \[0.0, inf\]. Received: epsilon=-1e-07"),
     (dict(clipnorm=-1.0), ValueError, r"`clipnorm` must be in \[0.0, inf\]. Received: clipnorm=-1.0"),
     (dict(clipvalue="big"), TypeError, r"Received: clipvalue='big'"),
-    (dict(global_clipnorm=math.nan), ValueError, r"`global_clipnorm` must not be NaN"),
+    (dict(global_clipnorm=math.nan), ValueError, r"`global_clipnorm` must be a finite number"),
     (dict(decay=-0.5), ValueError, r"`decay` must be in \[0.0, inf\]. Received: decay=-0.5"),
     (dict(clipnorm=1.0, global_clipnorm=1.0), ValueError, r"`clipnorm`=1.0, `global_clipnorm`=1.0"),
     (dict(name=""), ValueError, r"`name` must be a non-empty string. Received: name=''"),
@@ -123,6 +123,9 @@ def test_keras3_variable_gets_a_hint_to_use_tf_keras():
     (lambda: slots.SlotSpec(""), ValueError, r"`name` must be a non-empty string. Received: name=''"),
     (lambda: slots.as_slot_specs(["m", "m"]), ValueError, r"Slot names must be unique. Received: \['m', 'm'\]"),
     (lambda: slots.as_slot_specs([3]), TypeError, r"SlotSpec or str values. Received: 3"),
+    (lambda: slots.as_slot_specs("velocity"), TypeError, r"not one value: `return \['velocity'\]`"),
+    (lambda: slots.SlotSpec("m", initializer=0.0), TypeError, r"`initializer` must be .*Received: initializer=0.0"),
+    (lambda: slots.SlotSpec("m", shape=[3]), TypeError, r"`shape` must be a function .*Received: shape=\[3\]"),
     (lambda: optimizers.RowwiseAdagrad(learning_rate=-1), ValueError,
      r"`learning_rate` must be in \[0.0, inf\]. Received: learning_rate=-1"),
     (lambda: optimizers.set_updater(tf.constant(1.0), optimizers.Frozen()), TypeError,
@@ -141,6 +144,37 @@ def test_missing_update_dense_says_what_to_implement():
 
     with pytest.raises(NotImplementedError, match=r"must implement update_dense\(grad, var, slots, coefficients\)"):
         Empty().apply_gradients([(tf.constant([1.0]), tf.Variable([1.0]))])
+
+
+def test_a_slot_spec_returned_alone_is_refused_at_the_first_step():
+    class OneSlot(SGD):
+        def slot_specs(self, var):
+            return "velocity"  # one string, not a list: it would make a slot per character
+
+    var = tf.Variable([1.0])
+    with pytest.raises(TypeError, match=r"`slot_specs` must return a list .*Received: 'velocity'"):
+        OneSlot().apply_gradients([(tf.constant([1.0]), var)])
+    assert var.numpy().tolist() == [1.0]
+
+
+def test_a_hyperparameter_declared_twice_is_refused():
+    class Twice(SGD):
+        def __init__(self, name="Twice", **kwargs):
+            super().__init__(0.1, name=name, **kwargs)
+            self.add_hyperparameter("learning_rate", 0.2, low=0.0)
+
+    with pytest.raises(ValueError, match=r"Hyperparameter 'learning_rate' is already declared.*learning_rate=0.2"):
+        Twice()
+
+
+def test_a_hyperparameter_declared_before_super_init_says_to_call_it():
+    class Early(optimizers.CustomOptimizerV2):
+        def __init__(self, learning_rate=0.1, name="Early", **kwargs):
+            self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+            super().__init__(name, **kwargs)
+
+    with pytest.raises(TypeError, match=r"Early.__init__ must call `super\(\).__init__\(name, \*\*kwargs\)`"):
+        Early()
 
 
 def test_unstored_constructor_argument_is_reported_by_get_config():

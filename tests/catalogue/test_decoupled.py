@@ -280,7 +280,7 @@ class _Alone(DecoupledWeightDecayExtension):
 BAD = [
     (lambda: KerasAdamW(-0.1), ValueError, r"`weight_decay` must be in \[0.0, inf\]. Received: weight_decay=-0.1"),
     (lambda: TemplateAdamW("0.1"), TypeError, r"Received: weight_decay='0.1'"),
-    (lambda: KerasSGDW(float("nan")), ValueError, r"`weight_decay` must not be NaN. Received: weight_decay=nan"),
+    (lambda: KerasSGDW(float("nan")), ValueError, r"`weight_decay` must be a finite number. Received: weight_decay=nan"),
     (lambda: KerasAdamW(0.1, exclude_from_weight_decay="bias"), TypeError,
      r"`exclude_from_weight_decay` must be a list of regex strings. Received: exclude_from_weight_decay='bias'"),
     (lambda: KerasAdamW(0.1, exclude_from_weight_decay=["("]), ValueError, r"invalid regex"),

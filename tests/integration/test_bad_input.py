@@ -24,13 +24,16 @@ from conftest import TF_VERSION
 
 CONSTRUCTOR_CASES = [
     # (constructor, exception, regex the message must contain)
-    (lambda: optimizers.AdamW(weight_decay=math.nan), ValueError, r"`weight_decay` must not be NaN. Received: weight_decay=nan"),
+    (lambda: optimizers.AdamW(weight_decay=math.nan), ValueError, r"`weight_decay` must be a finite number. Received: weight_decay=nan"),
     (lambda: optimizers.AdamW(weight_decay=-0.01), ValueError, r"`weight_decay` must be in \[0.0, inf\]. Received: weight_decay=-0.01"),
     (lambda: optimizers.AdamW(weight_decay="l2"), TypeError, r"`weight_decay` must be a float.*Received: weight_decay='l2'"),
-    (lambda: optimizers.AdamW(0.01, learning_rate=math.nan), ValueError, r"`learning_rate` must not be NaN"),
+    (lambda: optimizers.AdamW(0.01, learning_rate=math.nan), ValueError, r"`learning_rate` must be a finite number"),
+    (lambda: optimizers.AdamW(0.01, learning_rate=math.inf), ValueError,
+     r"`learning_rate` must be a finite number. Received: learning_rate=inf"),
+    (lambda: optimizers.SGDW(-math.inf), ValueError, r"`weight_decay` must be a finite number. Received: weight_decay=-inf"),
     (lambda: optimizers.AdamW(0.01, beta_1=1.0), ValueError, r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=1.0"),
     (lambda: optimizers.AdamW(0.01, beta_2=-0.5), ValueError, r"`beta_2` must be in \[0.0, 1.0\). Received: beta_2=-0.5"),
-    (lambda: optimizers.AdamW(0.01, epsilon=math.nan), ValueError, r"`epsilon` must not be NaN. Received: epsilon=nan"),
+    (lambda: optimizers.AdamW(0.01, epsilon=math.nan), ValueError, r"`epsilon` must be a finite number. Received: epsilon=nan"),
     (lambda: optimizers.AdamW(0.01, amsgrad="yes"), TypeError, r"`amsgrad` must be a bool. Received: amsgrad='yes'"),
     (lambda: optimizers.AdamW(0.01, lazy=1), TypeError, r"`lazy` must be a bool. Received: lazy=1"),
     (lambda: optimizers.AdamW(0.01, weight_decay_rate=0.1), TypeError,
@@ -39,13 +42,13 @@ CONSTRUCTOR_CASES = [
     (lambda: optimizers.SGDW(0.01, momentum=1.5), ValueError, r"`momentum` must be in \[0.0, 1.0\]. Received: momentum=1.5"),
     (lambda: optimizers.SGDW(0.01, momentum=[0.9]), TypeError, r"Received: momentum=\[0.9\]"),
     (lambda: optimizers.SGDW(0.01, nesterov="yes"), TypeError, r"`nesterov` must be a bool. Received: nesterov='yes'"),
-    (lambda: optimizers.SGDW(0.01, learning_rate=tf.constant(math.nan)), ValueError, r"`learning_rate` must not be NaN"),
+    (lambda: optimizers.SGDW(0.01, learning_rate=tf.constant(math.nan)), ValueError, r"`learning_rate` must be a finite number"),
     (lambda: optimizers.MovingAverage("no_such_optimizer"), ValueError,
      r"`optimizer` names no Keras optimizer. Received: optimizer='no_such_optimizer'"),
     (lambda: optimizers.MovingAverage(42), TypeError, r"`optimizer` must be a Keras 2 .*Received: optimizer=42"),
     (lambda: optimizers.MovingAverage(Adam(), average_decay=1.5), ValueError,
      r"`average_decay` must be in \[0.0, 1.0\]. Received: average_decay=1.5"),
-    (lambda: optimizers.MovingAverage(Adam(), average_decay=math.nan), ValueError, r"`average_decay` must not be NaN"),
+    (lambda: optimizers.MovingAverage(Adam(), average_decay=math.nan), ValueError, r"`average_decay` must be a finite number"),
     (lambda: optimizers.MovingAverage(Adam(), num_updates=-1), ValueError, r"Received: num_updates=-1"),
     (lambda: optimizers.MovingAverage(Adam(), num_updates=tf.Variable(1.0)), TypeError, r"Received: num_updates=<tf.Variable"),
     (lambda: optimizers.MovingAverage(Adam(), start_step=2.5), TypeError, r"`start_step` must be an int. Received: start_step=2.5"),
@@ -54,7 +57,7 @@ CONSTRUCTOR_CASES = [
      r"unexpected keyword argument `sequential_update`. Received: sequential_update=True"),
     (lambda: optimizers.MovingAverage(Adam(clipnorm=1.0), clipnorm=2.0), ValueError,
      r"`clipnorm` is set both on the wrapper and on the inner optimizer. Received: clipnorm=2.0"),
-    (lambda: optimizers.RowwiseAdagrad(epsilon=math.nan), ValueError, r"`epsilon` must not be NaN. Received: epsilon=nan"),
+    (lambda: optimizers.RowwiseAdagrad(epsilon=math.nan), ValueError, r"`epsilon` must be a finite number. Received: epsilon=nan"),
     (lambda: optimizers.OverwriteWithGradient("sum"), ValueError,
      r"`reduction` must be 'mean' or 'max'. Received: reduction='sum'"),
     (lambda: Adam(updaters=[("bias", optimizers.Frozen(), "extra")]), TypeError, r"Received: updaters="),
@@ -119,7 +122,7 @@ def test_nan_hyperparameter_set_later_is_refused_and_changes_nothing(case):
     net, opt = _trained(case)
     owner, name = hyperparameter_to_break(opt)
     before = _snapshot(net, opt)
-    with pytest.raises(ValueError, match=rf"`{name}` must not be NaN. Received: {name}=nan"):
+    with pytest.raises(ValueError, match=rf"`{name}` must be a finite number. Received: {name}=nan"):
         setattr(owner, name, math.nan)
     assert np.isfinite(float(keras.backend.get_value(getattr(owner, name))))
     _assert_unchanged(before, _snapshot(net, opt))

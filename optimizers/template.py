@@ -259,8 +259,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         return self._name
 
     def updater_for(self, var: tf.Variable) -> UpdateRule | None:
-        """The rule that replaces this optimizer's rule for ``var``, or ``None``."""
+        """The rule that replaces this optimizer's rule for ``var``, or ``None``. A template
+        optimizer routed to moves ``var`` as it would alone: by its own updaters, if they name ``var``."""
         rule = self._routing.lookup(var)
+        if isinstance(rule, CustomOptimizerV2) and rule is not self:
+            rule = rule.updater_for(var) or rule
         return None if rule is self else rule
 
     def decays(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> bool:

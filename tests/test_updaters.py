@@ -273,3 +273,20 @@ def test_an_own_updater_whose_name_a_regex_routes_elsewhere_is_left_out_of_the_c
     opt.apply_gradients([(tf.ones_like(v), v) for v in model.trainable_variables])
     assert isinstance(opt.updater_for(bias), Adam)
     assert list(opt.get_config()["updaters"]) == ["bias"]  # "^hidden/bias:0$" would clash with it on load
+
+
+def test_an_optimizer_as_updater_routes_by_its_own_updaters_as_alone():
+    """``SGD(updaters={"embedding": Adam(updaters={"table": Frozen()})})``: the table moves as the Adam
+    would move it alone (frozen); another embedding variable takes Adam's own rule."""
+    table = tf.Variable(tf.ones([4, 2]), name="embedding/table")
+    other = tf.Variable(tf.ones([3]), name="embedding/scale")
+    kernel = tf.Variable(tf.ones([2]), name="dense/kernel")
+    adam = Adam(0.1, updaters={"table": optimizers.Frozen()})
+    opt = SGD(0.5, updaters={"embedding": adam})
+    opt.apply_gradients([(tf.ones([4, 2]), table), (tf.ones([3]), other), (tf.ones([2]), kernel)])
+    assert isinstance(opt.updater_for(table), optimizers.Frozen)
+    np.testing.assert_array_equal(table.numpy(), np.ones([4, 2]))
+    alone = tf.Variable(tf.ones([3]))
+    Adam(0.1).apply_gradients([(tf.ones([3]), alone)])
+    np.testing.assert_array_equal(other.numpy(), alone.numpy())
+    np.testing.assert_array_equal(kernel.numpy(), [0.5, 0.5])

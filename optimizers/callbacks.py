@@ -14,6 +14,19 @@ from optimizers.wrappers.averaging import AveragingWrapper
 __all__ = ["MovingAverageCallback", "averaged_weights"]
 
 
+def averaging_optimizer(model: Any, user: str) -> AveragingWrapper:
+    """The averaging wrapper ``model`` is compiled with, also inside a ``LossScaleOptimizer`` or
+    other wrappers (``GradientAccumulation(MovingAverage(...))``); else a ``TypeError`` that
+    names ``user``."""
+    optimizer = model.optimizer
+    while not isinstance(optimizer, AveragingWrapper) and getattr(optimizer, "inner_optimizer", None) is not None:
+        optimizer = optimizer.inner_optimizer
+    if not isinstance(optimizer, AveragingWrapper):
+        raise TypeError(f"{user} needs a model compiled with an averaging wrapper (MovingAverage or SWA), possibly "
+                        f"inside a LossScaleOptimizer or another wrapper. Received: model.optimizer={model.optimizer!r}")
+    return optimizer
+
+
 @contextlib.contextmanager
 def averaged_weights(model: Any) -> Iterator[None]:
     """Give ``model`` its averaged weights inside the ``with`` block.
@@ -22,10 +35,7 @@ def averaged_weights(model: Any) -> Iterator[None]:
     the optimizer's averages are untouched, so a model saved inside the block
     holds the averages both as weights and as optimizer state.
     """
-    optimizer = model.optimizer
-    if not isinstance(optimizer, AveragingWrapper):
-        raise TypeError("The model must be compiled with an averaging wrapper such as a MovingAverage optimizer. "
-                        f"Received: model.optimizer={optimizer!r}")
+    optimizer = averaging_optimizer(model, "averaged_weights")
     variables = [v for v in model.variables if optimizer.average_of(v) is not None]
     trained = [tf.identity(v) for v in variables]  # copies: assign_average_vars does not change them
     optimizer.assign_average_vars(variables)
@@ -84,6 +94,9 @@ class MovingAverageCallback(keras.callbacks.Callback):
         else:
             results = self.model.evaluate(data, batch_size=self.batch_size, verbose=0, return_dict=True)
         return {f"average_{name}": float(value) for name, value in results.items()}
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        averaging_optimizer(self.model, "MovingAverageCallback")  # refused before training, not after an epoch
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}

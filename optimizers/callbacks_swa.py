@@ -11,8 +11,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers.callbacks import averaging_optimizer
 from optimizers.keras_compat import keras
-from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["AverageModelCheckpoint"]
 
@@ -20,18 +20,6 @@ __all__ = ["AverageModelCheckpoint"]
 # TFA's callback overrides the same private method; checked at construction so that a Keras
 # without it fails loudly instead of saving the trained weights.
 _SAVE_HOOK = "_save_model"
-
-
-def averaging_optimizer(model: Any) -> AveragingWrapper:
-    """The averaging wrapper ``model`` is compiled with, through a ``LossScaleOptimizer``
-    or other wrappers; ``TypeError`` if there is none."""
-    optimizer = model.optimizer
-    while not isinstance(optimizer, AveragingWrapper) and getattr(optimizer, "inner_optimizer", None) is not None:
-        optimizer = optimizer.inner_optimizer
-    if not isinstance(optimizer, AveragingWrapper):
-        raise TypeError("AverageModelCheckpoint needs a model compiled with an averaging wrapper (MovingAverage or "
-                        f"SWA), possibly inside a LossScaleOptimizer. Received: model.optimizer={model.optimizer!r}")
-    return optimizer
 
 
 class AverageModelCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -69,10 +57,10 @@ class AverageModelCheckpoint(keras.callbacks.ModelCheckpoint):
 
     def set_model(self, model: Any) -> None:
         super().set_model(model)
-        averaging_optimizer(model)  # refuse a model without averages before training starts
+        averaging_optimizer(model, "AverageModelCheckpoint")  # refuse a model without averages before training starts
 
     def _save_model(self, *args: Any, **kwargs: Any) -> Any:
-        optimizer = averaging_optimizer(self.model)
+        optimizer = averaging_optimizer(self.model, "AverageModelCheckpoint")
         variables = [v for v in self.model.trainable_weights if optimizer.average_of(v) is not None]
         trained = [] if self.update_weights else [tf.identity(v) for v in variables]  # copies, kept apart
         optimizer.assign_average_vars(variables)

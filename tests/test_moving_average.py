@@ -415,8 +415,40 @@ def test_callback_needs_a_moving_average():
     x, y = _data()
     model = _model()
     model.compile(keras.optimizers.legacy.SGD(), loss="mse")
-    with pytest.raises(TypeError, match="MovingAverage optimizer. Received: model.optimizer="):
+    before = model.get_weights()
+    with pytest.raises(TypeError, match="MovingAverageCallback needs a model compiled with an averaging wrapper "
+                                        r"\(MovingAverage or SWA\).*Received: model.optimizer="):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[MovingAverageCallback(validation_data=(x, y))])
+    for got, want in zip(model.get_weights(), before):  # refused before the first step
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("outer", ["gradient_accumulation", "loss_scale"])
+def test_averaged_weights_and_the_callback_find_a_moving_average_inside_another_wrapper(outer, tmp_path):
+    """``GradientAccumulation(MovingAverage(...))`` (the order its docs give) and the
+    ``LossScaleOptimizer`` that ``compile`` puts around an optimizer under ``mixed_float16``."""
+    x, y = _data()
+    model = _model()
+    average = MovingAverage(keras.optimizers.legacy.Adam(0.05), average_decay=0.8)
+    if outer == "gradient_accumulation":
+        opt = optimizers.GradientAccumulation(average, 2)
+    else:
+        opt = keras.mixed_precision.LossScaleOptimizer(average)
+    model.compile(opt, loss="mse")
+    path = str(tmp_path / "avg.h5")
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+              callbacks=[MovingAverageCallback(path, save_weights_only=True)])
+    trained = model.get_weights()
+    averages = [average.get_slot(v, "average").numpy() for v in model.trainable_variables]
+    with optimizers.averaged_weights(model):
+        for var, want in zip(model.trainable_variables, averages):
+            np.testing.assert_array_equal(var.numpy(), want)
+    for got, want in zip(model.get_weights(), trained):
+        np.testing.assert_array_equal(got, want)
+    saved = _model()
+    saved.load_weights(path)
+    for got, want in zip(saved.get_weights(), averages):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_averaged_weights_under_mirrored_strategy(mirrored):

@@ -106,7 +106,7 @@ def checked_value(name: str, value: Any, low: float | None = None, high: float |
                f"Received: {name}=")
     if tf.executing_eagerly():
         if not bool(ok):
-            raise ValueError(f"{message}{value.numpy()!r}")
+            raise ValueError(f"{message}{value.numpy().item()!r}")
         return value
     with tf.control_dependencies([assertion(ok, [message, value])]):
         return tf.identity(value)

@@ -32,14 +32,18 @@ def _bad_shape(grads, variables):
     return [tf.zeros([7]) if "dense" in v.name and "kernel" in v.name else g for g, v in zip(grads, variables)]
 
 
-def _nan_hyperparameter(opt):
-    """A callable hyperparameter that returns NaN (``hyperparameter_to_break``); ``False`` where the
-    optimizer has no hyperparameter (``COCOB``: nothing to break)."""
-    target = hyperparameter_to_break(opt)
-    if target is None:
-        return False
-    setattr(*target, lambda: float("nan"))
-    return True
+def _callable_hyperparameter(value):
+    """Make the hyperparameter of ``hyperparameter_to_break`` a callable that returns ``value``;
+    ``False`` where the optimizer has no hyperparameter (``COCOB``: nothing to break)."""
+
+    def set_it(opt):
+        target = hyperparameter_to_break(opt)
+        if target is None:
+            return False
+        setattr(*target, lambda: value)
+        return True
+
+    return set_it
 
 
 FAULTS = {
@@ -47,7 +51,8 @@ FAULTS = {
     "sparse_index_negative": (lambda g, v: _bad_index(g, v, row=-1), None, (ValueError, tf.errors.InvalidArgumentError)),
     "gradient_dtype": (_bad_dtype, None, TypeError),
     "gradient_shape": (_bad_shape, None, ValueError),
-    "nan_hyperparameter": (None, _nan_hyperparameter, (ValueError, tf.errors.InvalidArgumentError)),
+    "nan_hyperparameter": (None, _callable_hyperparameter(float("nan")), (ValueError, tf.errors.InvalidArgumentError)),
+    "inf_hyperparameter": (None, _callable_hyperparameter(float("inf")), (ValueError, tf.errors.InvalidArgumentError)),
 }
 
 

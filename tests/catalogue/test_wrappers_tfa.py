@@ -194,6 +194,29 @@ def test_saved_model_written_by_tfa_loads_into_ours_and_trains_on_equally(wrappe
                                       theirs.optimizer.get_slot(theirs_var, slot).numpy())
 
 
+def test_h5_of_a_tfa_wrapper_around_a_tfa_optimizer_loads_into_ours(tmp_path, monkeypatch):
+    """TFA's ``MovingAverage(LAMB)`` in an ``.h5`` file (which TFA itself cannot load back: its
+    wrapper does not find the nested ``Addons>`` class) loads here and trains on as TFA did."""
+    from optimizers.rules.lamb import LAMB
+
+    theirs = _fit(tfa.optimizers.MovingAverage(tfa.optimizers.LAMB(0.01, weight_decay=0.01)), epochs=1)
+    path = str(tmp_path / "tfa.h5")
+    theirs.save(path)
+    # TFA is imported here, so its classes own the "Addons>" names; without TFA they map to ours.
+    monkeypatch.setitem(keras.utils.get_custom_objects(), "Addons>MovingAverage", optimizers.MovingAverage)
+    monkeypatch.setitem(keras.utils.get_custom_objects(), "Addons>LAMB", LAMB)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer) is optimizers.MovingAverage and type(loaded.optimizer.inner_optimizer) is LAMB
+    loaded.optimizer.jit_compile = loaded.optimizer.inner_optimizer.jit_compile = False  # TFA's bits
+    for model in (loaded, theirs):
+        model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert int(loaded.optimizer.iterations.numpy()) == int(theirs.optimizer.iterations.numpy()) == 12
+    for ours_var, theirs_var in zip(loaded.trainable_variables, theirs.trainable_variables):
+        np.testing.assert_array_equal(ours_var.numpy(), theirs_var.numpy())
+        np.testing.assert_array_equal(loaded.optimizer.get_slot(ours_var, "average").numpy(),
+                                      theirs.optimizer.get_slot(theirs_var, "average").numpy())
+
+
 def test_nested_wrappers_count_every_step_where_tfa_s_innermost_counter_stays_at_zero():
     """TFA's wrappers share their counter with the optimizer they wrap, one level down only: in
     TFA's MovingAverage(Lookahead(Adam)), Adam's counter stays at 0, so its bias correction never

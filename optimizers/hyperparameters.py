@@ -49,9 +49,8 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     too_low = low is not None and (number < low or (not low_inclusive and number == low))
     too_high = high is not None and (number > high or (not high_inclusive and number == high))
     if too_low or too_high:
-        interval = "{}{}, {}{}".format("[" if low_inclusive else "(", "-inf" if low is None else low,
-                                       "inf" if high is None else high, "]" if high_inclusive else ")")
-        raise ValueError(f"`{name}` must be in {interval}. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be in {_interval(low, high, low_inclusive, high_inclusive)}. "
+                         f"Received: {name}={value!r}")
 
 
 def check_bool(name: str, value: Any) -> None:

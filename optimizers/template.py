@@ -262,9 +262,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         """The rule that replaces this optimizer's rule for ``var``, or ``None``. A template
         optimizer routed to moves ``var`` as it would alone: by its own updaters, if they name ``var``."""
         rule = self._routing.lookup(var)
-        if isinstance(rule, CustomOptimizerV2) and rule is not self:
-            rule = rule.updater_for(var) or rule
-        return None if rule is self else rule
+        return None if rule is self else as_alone(rule, var)
 
     def decays(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> bool:
         """Whether this optimizer's weight decay applies to ``var`` (``decay_var_list``, or the one
@@ -609,6 +607,14 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             config["updaters"] = {k: config_lib.deserialize_object(v, UpdateRule, "variable updater")
                                   for k, v in config["updaters"].items()}
         return cls(**config)
+
+
+def as_alone(rule: UpdateRule | None, var: tf.Variable) -> UpdateRule | None:
+    """The rule that moves ``var`` when ``rule`` is routed to it: a template optimizer's own
+    updater for ``var``, as it would move ``var`` alone, else ``rule``."""
+    if isinstance(rule, CustomOptimizerV2):
+        return rule.updater_for(var) or rule
+    return rule
 
 
 class _UpdateThenAfter:

@@ -322,7 +322,7 @@ class Routing:
                 return updater
         if self.patterns:
             name = variable_name(var)  # a shard is routed by its table's name
-            matches = [(p, self.patterns[p]) for p in self._names.matching_patterns(name)]
+            matches = self._matching(name)
             if len({id(u) for _, u in matches}) > 1:
                 raise ValueError(f"Variable {name!r} matches several `updaters` patterns with different rules: "
                                  f"{[p for p, _ in matches]}. Make the patterns exclusive. "
@@ -330,6 +330,10 @@ class Routing:
             if matches:
                 return matches[0][1]
         return get_updater(var)
+
+    def _matching(self, name: str) -> list[tuple[str, UpdateRule]]:
+        """The ``(regex, rule)`` pairs of the mapping whose regex ``name`` matches."""
+        return [(p, self.patterns[p]) for p in self._names.matching_patterns(name)] if self.patterns else []
 
     def saved_patterns(self) -> dict[str, UpdateRule]:
         """What a config keeps of the routing: the regexes, then, for each variable this routing
@@ -342,7 +346,7 @@ class Routing:
         clashes = set()
         for var, _, _ in list(self._resolved.values()):
             rule, name = self.lookup(var), variable_name(var)
-            by_pattern = [self.patterns[p] for p in self._names.matching_patterns(name)] if self.patterns else []
+            by_pattern = [rule for _, rule in self._matching(name)]
             own = None if rule is None or (by_pattern and by_pattern[0] is rule) else rule
             if own is not None and by_pattern:
                 clashes.add(name)

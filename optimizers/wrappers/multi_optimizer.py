@@ -26,7 +26,7 @@ from optimizers.keras_compat import (
     variable_name,
 )
 from optimizers.rule import REDUCTIONS, UpdateRule
-from optimizers.template import CustomOptimizerV2
+from optimizers.template import CustomOptimizerV2, as_alone
 from optimizers.updaters import VariableUpdater, get_updater
 from optimizers.wrappers.base import OptimizerWrapper
 
@@ -206,8 +206,7 @@ class MultiOptimizer(CustomOptimizerV2):
         own = get_updater(var)
         if own is not None:
             return own
-        rule = self._rule_by_name.get(variable_name(var))
-        return (rule.updater_for(var) or rule) if isinstance(rule, CustomOptimizerV2) else rule
+        return as_alone(self._rule_by_name.get(variable_name(var)), var)
 
     def _create_all_weights(self, var_list: Any) -> None:
         # Each optimizer's hyperparameters become variables, as its own step would make them: setting one

@@ -9,6 +9,7 @@ wrapped optimizers are nested in configs by their registered names.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -30,14 +31,16 @@ def register(cls: type) -> None:
     keras.utils.get_custom_objects().setdefault(cls.__name__, cls)
 
 
+@functools.lru_cache(maxsize=None)
+def signature_parameters(cls: type) -> tuple[str, ...]:
+    """The named arguments of ``cls.__init__`` that ``get_config`` keeps (all but ``self`` and ``name``)."""
+    return tuple(pname for pname, param in inspect.signature(cls.__init__).parameters.items()
+                 if pname not in ("self", "name") and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL))
+
+
 def signature_config(obj: Any, value_of: Callable[[str], Any]) -> dict[str, Any]:
     """``{argument: value_of(argument)}`` for each named argument of ``type(obj).__init__``."""
-    config = {}
-    for pname, param in inspect.signature(type(obj).__init__).parameters.items():
-        if pname in ("self", "name") or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
-            continue
-        config[pname] = value_of(pname)
-    return config
+    return {pname: value_of(pname) for pname in signature_parameters(type(obj))}
 
 
 def attribute_value(obj: Any, pname: str) -> Any:

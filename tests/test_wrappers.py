@@ -56,6 +56,54 @@ def test_inner_hyperparameters_are_read_and_set_through_the_wrapper():
         wrapper.beta_1 = 1.5
 
 
+def test_hyperparameters_and_options_reach_the_optimizer_that_has_them_through_nested_wrappers():
+    adam = Adam(0.1)
+    outer = optimizers.GradientAccumulation(optimizers.Lookahead(optimizers.MovingAverage(adam)), 2)
+    outer.beta_1, outer.average_decay, outer.sync_period, outer.amsgrad = 0.5, 0.9, 3, True
+    assert float(adam.beta_1) == 0.5 and adam.amsgrad
+    assert float(outer.inner_optimizer.inner_optimizer.average_decay) == pytest.approx(0.9)
+    assert outer.inner_optimizer.sync_period == 3
+    assert not {"beta_1", "average_decay", "sync_period", "amsgrad"} & set(vars(outer))  # nothing shadowed
+    config = outer.get_config()["optimizer"]["config"]["optimizer"]["config"]["optimizer"]["config"]
+    assert config["beta_1"] == 0.5 and config["amsgrad"]
+    var = tf.Variable([1.0, 2.0])
+    for _ in range(2):
+        outer.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    with pytest.raises(ValueError, match=r"`epsilon` cannot change once Adam has taken a step.*Received: epsilon=0.5"):
+        outer.epsilon = 0.5
+    assert adam.epsilon == 1e-7 and "epsilon" not in vars(outer)
+
+
+@pytest.mark.parametrize("wrap", [optimizers.MovingAverage, optimizers.Lookahead,
+                                  lambda inner, **kw: optimizers.GradientAccumulation(inner, 1, **kw)])
+def test_clipping_of_a_wrapper_is_its_inner_optimizers_read_and_set(wrap):
+    grad = np.array([30.0, 40.0], np.float32)  # norm 50: clipped to norm 1 -> [0.6, 0.8]
+
+    def step(opt):
+        var = tf.Variable([1.0, 1.0])
+        opt.apply_gradients([(tf.constant(grad), var)])
+        return var.numpy()
+
+    expected = np.float32(1.0) - np.float32(0.1) * (grad / np.float32(50.0))
+    given = wrap(optimizers.SGD(0.1), clipnorm=1.0)
+    assert given.clipnorm == 1.0 and given.inner_optimizer.clipnorm == 1.0
+    assert "clipnorm" not in given.get_config()  # kept once, in the inner optimizer's config
+    assert type(given).from_config(given.get_config()).clipnorm == 1.0
+    later = wrap(optimizers.SGD(0.1))
+    later.clipnorm = 1.0
+    assert later.inner_optimizer.clipnorm == 1.0
+    for opt in (given, later):
+        np.testing.assert_allclose(step(opt), expected, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"Cannot accept both `clipnorm` and `global_clipnorm`.*Received: "
+                                         r"clipnorm=1.0, global_clipnorm=2.0"):
+        later.global_clipnorm = 2.0
+    assert later.inner_optimizer.global_clipnorm is None
+    with pytest.raises(ValueError, match="Cannot accept both"):
+        wrap(optimizers.SGD(0.1, global_clipnorm=2.0), clipnorm=1.0)
+    with pytest.raises(ValueError, match=r"`clipvalue` must be in \[0.0, inf\]. Received: clipvalue=-1.0"):
+        later.clipvalue = -1.0
+
+
 @pytest.mark.parametrize("order", ["lso_outside", "lso_inside"])
 def test_composes_with_loss_scale_optimizer_in_both_orders(order):
     init = np.array([0.5, -0.25], np.float32)

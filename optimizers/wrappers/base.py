@@ -41,6 +41,28 @@ AFTER_KERNEL_MAX_GROUP = 64
 _CLIP_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm")
 
 
+def _check_clipping(inner: Any, clipping: dict[str, Any]) -> None:
+    """Refuse ``clipping`` (``{key: value}``) for ``inner`` before anything is set: each value a
+    number >= 0 or ``None``, and never ``clipnorm`` with ``global_clipnorm`` (Keras 2 refuses the pair)."""
+    for key, value in clipping.items():
+        if value is not None:
+            check_number(key, value, low=0.0)
+    merged = {key: getattr(inner, key, None) for key in ("clipnorm", "global_clipnorm")} | clipping
+    if merged["clipnorm"] is not None and merged["global_clipnorm"] is not None:
+        raise ValueError("Cannot accept both `clipnorm` and `global_clipnorm` (with the inner optimizer's). "
+                         f"Received: clipnorm={merged['clipnorm']!r}, global_clipnorm={merged['global_clipnorm']!r}")
+
+
+def _declares(optimizer: Any, name: str) -> bool:
+    """Whether public attribute ``name`` is ``optimizer``'s (a hyperparameter, an option, another
+    argument it keeps) or, for a wrapper, that of the optimizer it wraps, at any depth."""
+    if name.startswith("_"):
+        return False
+    if isinstance(optimizer, OptimizerWrapper):
+        return optimizer._owns(name) or _declares(optimizer.inner_optimizer, name)
+    return name in hyper_dict(optimizer) or name in vars(optimizer) or name in getattr(optimizer, "hyperparameter_names", ())
+
+
 class OptimizerWrapper(Hyperparameters, OptimizerBase):
     r"""Base class of optimizers that act around each step of another one.
 
@@ -94,7 +116,8 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
 
     Guaranteed by the base: the wrapper and the inner optimizer share one
     step counter (``iterations``), the learning rate and the inner
-    optimizer's hyperparameters are read and set through the wrapper, the
+    optimizer's hyperparameters, options and clipping are read and set
+    through the wrapper (at any depth of wrapping), the
     config nests the inner optimizer's, and the state of both (slots
     included, for built-in inner optimizers too) is kept by ``.h5``,
     ``.keras``, SavedModel and ``tf.train.Checkpoint``, also when restored
@@ -143,17 +166,17 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
                 raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument `{key}`. Received: "
                                 f"{key}={value!r}. Allowed: {', '.join(_CLIP_KWARGS)}, jit_compile.")
             if value is not None:
-                check_number(key, value, low=0.0)
                 if getattr(inner, key) is not None:
                     raise ValueError(f"`{key}` is set both on the wrapper and on the inner optimizer. "
                                      f"Received: {key}={value!r}")
                 clipping[key] = value
+        _check_clipping(inner, clipping)
         super().__init__(name)
+        self.jit_compile = jit_compile
+        self._optimizer = inner
         for key, value in clipping.items():
             setattr(inner, key, value)
-        self._optimizer = inner
         track(self, inner, self.inner_checkpoint_name)
-        self.jit_compile = jit_compile
         self._compiled = compiled.CompiledSteps()
         self._var_specs: dict = {}
         self._seen: dict = {}  # variable key -> variable, every variable a step has seen
@@ -228,11 +251,38 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
 
     def __setattr__(self, name: str, value: Any) -> None:
         inner = self.__dict__.get("_optimizer")
-        if (inner is not None and name not in self.hyperparameter_names and name not in self.__dict__
-                and name in hyper_dict(inner)):
-            setattr(inner, name, value)
+        if inner is not None and not self._owns(name) and _declares(inner, name):
+            setattr(inner, name, value)  # the inner optimizer checks it (and refuses options after a step)
         else:
             super().__setattr__(name, value)
+
+    def _owns(self, name: str) -> bool:
+        """Whether attribute ``name`` is the wrapper's own: set on it, declared by it, an argument
+        of its constructor, or defined by its class (``learning_rate``, ``clipnorm``...)."""
+        return (name in self.__dict__ or name in self.hyperparameter_names or hasattr(type(self), name)
+                or name in config_lib.signature_parameters(type(self)))
+
+    clipnorm = property(lambda self: self._inner_clipping("clipnorm"),
+                        lambda self, value: self._set_clipping("clipnorm", value),
+                        doc="The inner optimizer's ``clipnorm`` (read and set).")
+    clipvalue = property(lambda self: self._inner_clipping("clipvalue"),
+                         lambda self, value: self._set_clipping("clipvalue", value),
+                         doc="The inner optimizer's ``clipvalue`` (read and set).")
+    global_clipnorm = property(lambda self: self._inner_clipping("global_clipnorm"),
+                               lambda self, value: self._set_clipping("global_clipnorm", value),
+                               doc="The inner optimizer's ``global_clipnorm`` (read and set).")
+
+    def _inner_clipping(self, key: str) -> Any:
+        inner = self.__dict__.get("_optimizer")
+        return getattr(inner, key) if inner is not None else self.__dict__.get("_" + key)
+
+    def _set_clipping(self, key: str, value: Any) -> None:
+        inner = self.__dict__.get("_optimizer")
+        if inner is None:  # OptimizerV2.__init__ sets them (to None) before the inner optimizer is known
+            getattr(OptimizerV2, key).fset(self, value)
+            return
+        _check_clipping(inner, {key: value})
+        setattr(inner, key, value)
 
     @property
     def weights(self) -> list[tf.Variable]:
@@ -429,6 +479,8 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def get_config(self) -> dict[str, Any]:
         """The wrapper's arguments, the inner optimizer's config nested."""
         config = super().get_config()
+        for key in _CLIP_KWARGS:  # the inner optimizer's, in its own config
+            config.pop(key, None)
         if not self.jit_compile:
             config["jit_compile"] = False
         return config

@@ -61,7 +61,8 @@ def _hyperparameter_checks(optimizer: Any) -> list:
 def _accumulate(acc: tf.Variable, grad: Any, first: tf.Tensor, reduction: str) -> Any:
     """``acc`` becomes ``grad`` on a window's first micro-step, else combines with it."""
     if isinstance(grad, tf.IndexedSlices):  # repeated rows are summed by scatter_add
-        reset = tf.cond(first, lambda: acc.assign(tf.zeros_like(acc), read_value=False), tf.no_op)
+        with tf.control_dependencies([grad.indices]):  # after the step's checks, as the gradient is
+            reset = tf.cond(first, lambda: acc.assign(tf.zeros_like(acc), read_value=False), tf.no_op)
         with tf.control_dependencies([reset]):
             return acc.scatter_add(grad)
     combined = tf.maximum(acc, grad) if reduction == "max" else acc + grad

@@ -71,6 +71,14 @@ def _as_rule(optimizer: Any, where: str, from_config: bool) -> UpdateRule:
     if optimizer.reduction not in REDUCTIONS or list(getattr(optimizer, "gradient_transformers", None) or []):
         raise ValueError(f"{where} must have a `reduction` in {REDUCTIONS} and no `gradient_transformers`. "
                          f"Received: {where}={optimizer!r}")
+    # The MultiOptimizer takes the step as a whole: settings of one step are its own, not a pair's.
+    aggregator = getattr(optimizer, "gradient_aggregator", None)
+    if aggregator is not None and aggregator is not keras.optimizers.legacy.SGD().gradient_aggregator:
+        raise ValueError(f"{where} must have no `gradient_aggregator`: give it to the MultiOptimizer, which "
+                         f"aggregates the step's gradients. Received: gradient_aggregator={aggregator!r}")
+    if getattr(optimizer, "skip_non_finite", False):
+        raise ValueError(f"{where} must not set `skip_non_finite`: set it on the MultiOptimizer, which then skips "
+                         f"the whole step. Received: skip_non_finite=True")
     return optimizer
 
 
@@ -110,6 +118,14 @@ def _pairs(optimizers_and_layers: Any, optimizer_specs: Any) -> list[dict[str, A
                                  f"optimizer. Received: {where}={item!r}")
         pairs.append({"optimizer": rule, "weights": names})
     return pairs
+
+
+def _refuse_clipping(multi: MultiOptimizer, key: str, value: Any) -> None:
+    """MultiOptimizer's clipping setters: each pair's optimizer clips, so only ``None`` (what
+    OptimizerV2's constructor sets) is accepted."""
+    if value is not None:
+        raise ValueError(f"MultiOptimizer takes no {key}: set it on each pair's optimizer. Received: {key}={value!r}")
+    getattr(OptimizerV2, key).fset(multi, value)
 
 
 def _clip(optimizer: Any, grads: list) -> list:
@@ -189,6 +205,11 @@ class MultiOptimizer(CustomOptimizerV2):
                              f"optimizers_and_layers={optimizers_and_layers!r}, optimizer_specs={optimizer_specs!r}")
         self._pairs = _pairs(optimizers_and_layers, optimizer_specs)
         self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs for name in pair["weights"]}
+
+    clipnorm = property(OptimizerV2.clipnorm.fget, lambda self, value: _refuse_clipping(self, "clipnorm", value))
+    clipvalue = property(OptimizerV2.clipvalue.fget, lambda self, value: _refuse_clipping(self, "clipvalue", value))
+    global_clipnorm = property(OptimizerV2.global_clipnorm.fget,
+                               lambda self, value: _refuse_clipping(self, "global_clipnorm", value))
 
     @classmethod
     def create_optimizer_spec(cls, optimizer: Any, layers_or_model: Any) -> dict[str, Any]:

@@ -44,7 +44,10 @@ class SWA(AveragingWrapper):
 
     so :math:`a` is the mean of the snapshots taken after steps
     :math:`s, s+c, s+2c, \dots` (the first snapshot replaces :math:`a`). Until
-    then :math:`a` holds the weights' values before the first step. Call
+    then :math:`a` holds the weights' values before the first step; a
+    variable first stepped after :math:`n_0` snapshots (a layer added later)
+    has its value then counted as those :math:`n_0` snapshots (the count is
+    one per optimizer, not one per variable; TFA counts zeros). Call
     :meth:`assign_average_vars` (or :meth:`swap_weights`, or use
     ``AverageModelCheckpoint``) to give the model the averages; models with
     batch normalization need one more pass over the data afterwards to

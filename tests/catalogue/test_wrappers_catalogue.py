@@ -466,6 +466,15 @@ def test_bad_arguments_name_the_argument_and_repeat_the_value():
         (lambda: MultiOptimizer([adam()]), TypeError, r"optimizers_and_layers\[0\] must be an \(optimizer, layers\) pair"),
         (lambda: MultiOptimizer([(adam(), model)], clipnorm=1.0), ValueError, r"MultiOptimizer takes no clipnorm.*Received: \{'clipnorm': 1.0\}"),
         (lambda: MultiOptimizer([(adam(), model)], decay=0.1), ValueError, r"MultiOptimizer takes no decay"),
+        (lambda: setattr(MultiOptimizer([(adam(), model)]), "clipvalue", 1.0), ValueError,
+         r"MultiOptimizer takes no clipvalue: set it on each pair's optimizer. Received: clipvalue=1.0"),
+        (lambda: Lookahead(MultiOptimizer([(adam(), model)]), global_clipnorm=1.0), ValueError,
+         r"MultiOptimizer takes no global_clipnorm"),
+        (lambda: MultiOptimizer([(optimizers.Adam(skip_non_finite=True), model)]), ValueError,
+         r"optimizers_and_layers\[0\]\[0\] must not set `skip_non_finite`: set it on the MultiOptimizer.*"
+         r"Received: skip_non_finite=True"),
+        (lambda: MultiOptimizer([(optimizers.SGD(gradient_aggregator=lambda gv: gv), model)]), ValueError,
+         r"must have no `gradient_aggregator`: give it to the MultiOptimizer.*Received: gradient_aggregator=<"),
         (lambda: MultiOptimizer([(keras.optimizers.legacy.Adam(), model)], weight_decay=0.1), TypeError, r"takes no weight decay"),
         (lambda: AverageModelCheckpoint("yes", "x.h5"), TypeError, r"`update_weights` must be a bool. Received: update_weights='yes'"),
     ]

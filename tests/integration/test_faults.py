@@ -75,7 +75,12 @@ def test_refused_steps_change_nothing(case, mode):
         opt.apply_gradients(zip(grads, net.trainable_variables))
 
     batch = next(batches(x, y, 1))
-    apply(gradients(*batch))  # a good step first: slots and averages exist
+
+    def good_steps():  # slots and averages exist; GradientAccumulation ends a window, its sums kept
+        for _ in range(case.calls_per_step):
+            apply(gradients(*batch))
+
+    good_steps()
     for fault, (bad_grads, bad_setting, error) in FAULTS.items():
         before = _snapshot(net, opt)
         grads = gradients(*batch)
@@ -92,4 +97,4 @@ def test_refused_steps_change_nothing(case, mode):
             np.testing.assert_array_equal(new, old, err_msg=f"{case.name}: {fault} changed the state")
         if bad_setting is not None:  # back to a sound optimizer for the next fault
             net, opt = case_model(case), case.make()
-            apply(gradients(*batch))
+            good_steps()

@@ -31,7 +31,7 @@ def register(cls: type) -> None:
     keras.utils.get_custom_objects().setdefault(cls.__name__, cls)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def signature_parameters(cls: type) -> tuple[str, ...]:
     """The named arguments of ``cls.__init__`` that ``get_config`` keeps (all but ``self`` and ``name``)."""
     return tuple(pname for pname, param in inspect.signature(cls.__init__).parameters.items()

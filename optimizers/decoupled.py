@@ -22,7 +22,7 @@ from optimizers.base import OptimizerBase, after_checks, check_grads_and_vars, i
 from optimizers.hyperparameters import check_number
 from optimizers.keras_compat import KERAS3_HINT, LearningRateSchedule, OptimizerV2, fallback_apply_state, keras
 from optimizers.template import CustomOptimizerV2
-from optimizers.weight_decay import DecoupledWeightDecay, VariableMask
+from optimizers.weight_decay import DecoupledWeightDecay, VariableMask, exclude_attribute
 from optimizers.wrappers import OptimizerWrapper
 
 __all__ = ["DecoupledWeightDecayExtension", "extend_with_decoupled_weight_decay"]
@@ -84,7 +84,9 @@ class DecoupledWeightDecayExtension(OptimizerBase):
             ``LearningRateSchedule``.
         *args: The base optimizer's positional arguments.
         exclude_from_weight_decay: Regexes searched in variable names;
-            matching variables are not decayed. Defaults to ``None``.
+            matching variables are not decayed. Defaults to ``None``. Also
+            TFA's attribute: read (a tuple, or ``None``) and set before the
+            first step, with the same effect; a new list after it is refused.
         **kwargs: The base optimizer's keyword arguments.
 
     Example:
@@ -102,6 +104,8 @@ class DecoupledWeightDecayExtension(OptimizerBase):
     """
 
     _decay_by_template: bool = False
+    # Read and set as in TFA, on the object the step, get_config and saving read (a template base's own).
+    exclude_from_weight_decay = exclude_attribute("_weight_decay_policy")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -129,14 +133,13 @@ class DecoupledWeightDecayExtension(OptimizerBase):
         if self._decay_by_template:
             super().__init__(*args, weight_decay=weight_decay, exclude_from_weight_decay=exclude_from_weight_decay,
                              **kwargs)
-            self.exclude_from_weight_decay = exclude_from_weight_decay
+            self._weight_decay_policy = self._weight_decay
             return
         policy = DecoupledWeightDecay(exclude_from_weight_decay)  # checks the regexes before anything is built
         super().__init__(*args, **kwargs)
         self._weight_decay_policy = policy
         self._decay_var_mask: VariableMask | None = None
         self._set_hyper("weight_decay", weight_decay)
-        self.exclude_from_weight_decay = exclude_from_weight_decay
 
     def _set_hyper(self, name: str, value: Any) -> None:
         if name == "weight_decay":  # also on assignment: ``opt.weight_decay = -1`` is refused
@@ -226,8 +229,7 @@ class DecoupledWeightDecayExtension(OptimizerBase):
         else:
             config = super(OptimizerBase, self).get_config()  # the base's own config, not the signature's
             config["weight_decay"] = self._serialize_hyperparameter("weight_decay")
-        config["exclude_from_weight_decay"] = (None if self.exclude_from_weight_decay is None
-                                               else list(self.exclude_from_weight_decay))
+        config["exclude_from_weight_decay"] = self._weight_decay_policy.get_config()["exclude_from_weight_decay"]
         return config
 
     @classmethod

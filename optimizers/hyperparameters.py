@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from optimizers.keras_compat import LearningRateSchedule
 
-__all__ = ["Hyperparameters", "assertion", "check_bool", "check_number", "checked_value", "evaluate", "is_dynamic"]
+__all__ = ["Hyperparameters", "assertion", "check_bool", "check_number", "checked_value", "evaluate", "is_dynamic",
+           "option_change_error"]
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -111,6 +112,12 @@ def checked_value(name: str, value: Any, low: float | None = None, high: float |
         return tf.identity(value)
 
 
+def option_change_error(owner: str, name: str, current: Any, value: Any) -> ValueError:
+    """The error of an option assigned a new value after ``owner`` (a class name) took a step."""
+    return ValueError(f"`{name}` cannot change once {owner} has taken a step (the step is already built with "
+                      f"{name}={current!r}); make a new optimizer instead. Received: {name}={value!r}")
+
+
 def assertion(condition: tf.Tensor, data: list, summarize: int = 3) -> tf.Operation:
     """A graph assertion that fails the step with ``data`` unless ``condition``: the raw op, as
     ``tf.debugging.Assert`` wraps it in a conditional, one function call more in every step."""
@@ -202,9 +209,7 @@ class Hyperparameters:
         options = self.__dict__.get("_option_checks", {})
         if name in options:
             if self.__dict__.get("_options_locked") and self.__dict__.get(name, value) is not value:
-                raise ValueError(f"`{name}` cannot change once {type(self).__name__} has taken a step (the step "
-                                 f"is already built with {name}={self.__dict__[name]!r}); make a new optimizer "
-                                 f"instead. Received: {name}={value!r}")
+                raise option_change_error(type(self).__name__, name, self.__dict__[name], value)
             if options[name] is not None:
                 options[name](value)
             self.__dict__[name] = value

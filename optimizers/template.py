@@ -25,7 +25,13 @@ from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_bool, check_number, evaluate
 from optimizers.keras_compat import create_hypers, fallback_apply_state, is_plain_resource_variable, variable_key
 from optimizers.rule import UpdateRule
-from optimizers.weight_decay import PLACEMENTS, DecoupledWeightDecay, VariableMask
+from optimizers.weight_decay import (
+    PLACEMENTS,
+    DecoupledWeightDecay,
+    VariableMask,
+    exclude_attribute,
+    refuse_exclude_without_decay,
+)
 
 __all__ = ["CustomOptimizerV2"]
 
@@ -106,7 +112,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
-            variables are not decayed.
+            variables are not decayed. Also TFA's attribute: read (a tuple, or
+            ``None``) and set before the first step, with the same effect.
         scale_weight_decay_by_lr: Decay by ``lr * weight_decay`` (Keras 3,
             PyTorch, optax) instead of ``weight_decay`` alone (TensorFlow
             Addons). Defaults to ``False``.
@@ -178,9 +185,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             if self.weight_decay_placement == "none":
                 raise TypeError(f"{cls_name} takes no weight decay. Received: weight_decay={weight_decay!r}")
             decay = DecoupledWeightDecay(exclude_from_weight_decay, scale_weight_decay_by_lr)
-        elif exclude_from_weight_decay:
-            raise ValueError("`exclude_from_weight_decay` needs a `weight_decay`. Received: "
-                             f"weight_decay=None, exclude_from_weight_decay={exclude_from_weight_decay!r}")
+        else:
+            refuse_exclude_without_decay(exclude_from_weight_decay)
         lr_alias = kwargs.pop("lr", None)
         if lr_alias is not None:
             warnings.warn("The `lr` argument is deprecated, use `learning_rate` instead.", stacklevel=2)
@@ -200,6 +206,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self._compiled = compiled.CompiledSteps()
         if decay is not None:
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
+
+    exclude_from_weight_decay = exclude_attribute("_weight_decay")
 
     # -------------------------------------------------------- hyperparameters
     def add_hyperparameter(self, name: str, value: Any, **bounds: Any) -> None:

@@ -24,7 +24,10 @@ evaluated at the step) and :math:`\eta_t` the learning rate. A sparse step
 decays only the rows it touches. Variables with an updater are never decayed.
 Which variables decay is a :class:`VariableMask`: all but those matching
 ``exclude_from_weight_decay``, or exactly ``decay_var_list`` when it is given
-to ``apply_gradients``/``minimize``.
+to ``apply_gradients``/``minimize``. ``exclude_from_weight_decay`` is also the
+optimizer's attribute (:func:`exclude_attribute`), kept by the
+:class:`DecoupledWeightDecay` the step and ``get_config`` read; once a step
+has been built with it, it can no longer change.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers.hyperparameters import option_change_error
 from optimizers.keras_compat import distributed_container, variable_key
 
-__all__ = ["VariableMask", "DecoupledWeightDecay", "PLACEMENTS"]
+__all__ = ["VariableMask", "DecoupledWeightDecay", "PLACEMENTS", "check_patterns", "exclude_attribute"]
 
 PLACEMENTS = ("before", "inside", "none")
 
@@ -103,6 +107,15 @@ class VariableMask:
         return bool(self.patterns or self._keys)
 
 
+def check_patterns(name: str, value: Any) -> list[str]:
+    """``value`` (``None``, or a list or tuple of valid regexes) as a list; else an error naming ``name``."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+        raise TypeError(f"`{name}` must be a list of regex strings. Received: {name}={value!r}")
+    return VariableMask(value, name).patterns  # refuses invalid regexes, naming the argument
+
+
 class DecoupledWeightDecay:
     """Which variables decay, and by how much; held by ``CustomOptimizerV2``.
 
@@ -112,19 +125,30 @@ class DecoupledWeightDecay:
     """
 
     def __init__(self, exclude_from_weight_decay: Iterable[str] | None = None, scale_by_lr: bool = False) -> None:
-        if exclude_from_weight_decay is not None and (
-                isinstance(exclude_from_weight_decay, str)
-                or not all(isinstance(p, str) for p in exclude_from_weight_decay)):
-            raise TypeError("`exclude_from_weight_decay` must be a list of regex strings. "
-                            f"Received: exclude_from_weight_decay={exclude_from_weight_decay!r}")
+        patterns = check_patterns("exclude_from_weight_decay", exclude_from_weight_decay)
         if not isinstance(scale_by_lr, bool):
             raise TypeError(f"`scale_weight_decay_by_lr` must be a bool. Received: "
                             f"scale_weight_decay_by_lr={scale_by_lr!r}")
-        self.exclude = VariableMask(exclude_from_weight_decay, "exclude_from_weight_decay")
+        self.exclude = VariableMask(patterns, "exclude_from_weight_decay")
         self.scale_by_lr = scale_by_lr
+        self._decided = False  # whether a step was built with ``exclude``
+
+    @property
+    def exclude_from_weight_decay(self) -> tuple[str, ...] | None:
+        """The exclusion regexes, as a tuple (``None``: none): what steps, configs and files use."""
+        return tuple(self.exclude.patterns) or None
+
+    def set_exclude(self, value: Any, owner: str) -> None:
+        """Exclude ``value`` instead, unless a step of ``owner`` (a class name) was built with
+        another list: that step would go on deciding with the old one."""
+        patterns = check_patterns("exclude_from_weight_decay", value)
+        if self._decided and patterns != self.exclude.patterns:
+            raise option_change_error(owner, "exclude_from_weight_decay", self.exclude_from_weight_decay, value)
+        self.exclude = VariableMask(patterns, "exclude_from_weight_decay")
 
     def applies_to(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> bool:
         """Whether ``var`` is decayed (``decay_var_list``, when given, decides alone)."""
+        self._decided = True
         if decay_var_list is not None:
             return decay_var_list.matches(var)
         return not self.exclude.matches(var)
@@ -151,5 +175,33 @@ class DecoupledWeightDecay:
         return var.scatter_sub(tf.IndexedSlices(coefficients["weight_decay_factor"] * rows, indices))
 
     def get_config(self) -> dict[str, Any]:
-        return {"exclude_from_weight_decay": self.exclude.patterns or None,
+        return {"exclude_from_weight_decay": list(self.exclude.patterns) or None,
                 "scale_weight_decay_by_lr": self.scale_by_lr}
+
+
+def refuse_exclude_without_decay(value: Any) -> None:
+    if value:
+        raise ValueError("`exclude_from_weight_decay` needs a `weight_decay`. "
+                         f"Received: weight_decay=None, exclude_from_weight_decay={value!r}")
+
+
+def exclude_attribute(holder: str) -> property:
+    """The public ``exclude_from_weight_decay`` of an optimizer whose :class:`DecoupledWeightDecay`
+    is its attribute ``holder`` (``None``: no weight decay): read and set there, where the step,
+    ``get_config`` and saving read it."""
+
+    def get(self: Any) -> tuple[str, ...] | None:
+        decay = self.__dict__.get(holder)
+        return None if decay is None else decay.exclude_from_weight_decay
+
+    def set(self: Any, value: Any) -> None:
+        decay = self.__dict__.get(holder)
+        if decay is None:
+            check_patterns("exclude_from_weight_decay", value)
+            refuse_exclude_without_decay(value)
+        else:
+            decay.set_exclude(value, type(self).__name__)
+
+    return property(get, set, doc="Regexes searched in ``var.name``: matching variables are not decayed "
+                                  "(a tuple, or ``None``). Set it before the first step; after, only to "
+                                  "the same list.")

@@ -147,6 +147,58 @@ def test_exclude_from_weight_decay_and_decay_var_list(kind):
     np.testing.assert_allclose(bias.numpy(), expected[-1][1], **TOLERANCE[tf.float32])
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("kind", [AdamW, SGDW], ids=lambda k: k.__name__)
+def test_exclude_from_weight_decay_set_before_the_first_step_acts_as_the_argument(kind, mode):
+    """TFA's public attribute: read, set, and then used by the step, get_config and from_config alike."""
+    kwargs = CASES["adamw" if kind is AdamW else "sgdw_momentum"][1]
+    kernel_grads, bias_grads = gradients(False, tf.float32)
+    optimizer = kind(**kwargs)
+    assert optimizer.exclude_from_weight_decay is None
+    optimizer.exclude_from_weight_decay = ["bias"]
+    assert optimizer.exclude_from_weight_decay == ("bias",)
+    config = optimizer.get_config()
+    assert config["exclude_from_weight_decay"] == ["bias"]
+    expected = numpy_trajectory(kind, kwargs, kernel_grads, bias_grads, tf.float32, decayed=("kernel",))
+    for opt in (optimizer, kind.from_config(config)):
+        ours = trajectory(opt, zip(kernel_grads, bias_grads), make_variables(tf.float32), mode)
+        assert_trajectories(ours, expected, tf.float32, "numpy, bias excluded")
+
+
+def test_exclude_from_weight_decay_is_fixed_once_a_step_is_built():
+    optimizer = AdamW(0.5, learning_rate=0.0, exclude_from_weight_decay=["bias"])
+    bias = tf.Variable([1.0], name="bias")
+    optimizer.apply_gradients([(tf.constant([0.0]), bias)])
+    optimizer.exclude_from_weight_decay = ("bias",)  # the same list: accepted
+    with pytest.raises(ValueError, match=r"`exclude_from_weight_decay` cannot change once AdamW has taken a step "
+                                         r"\(the step is already built with exclude_from_weight_decay=\('bias',\)\)"
+                                         r".*Received: exclude_from_weight_decay=\[\]"):
+        optimizer.exclude_from_weight_decay = []
+    assert optimizer.exclude_from_weight_decay == ("bias",)
+    assert optimizer.get_config()["exclude_from_weight_decay"] == ["bias"]
+    optimizer.apply_gradients([(tf.constant([0.0]), bias)])
+    np.testing.assert_array_equal(bias.numpy(), [1.0])  # learning rate 0 and excluded: never changes
+
+
+@pytest.mark.parametrize("value, error, message", [
+    ("bias", TypeError, r"`exclude_from_weight_decay` must be a list of regex strings. "
+                        r"Received: exclude_from_weight_decay='bias'"),
+    (5, TypeError, r"must be a list of regex strings. Received: exclude_from_weight_decay=5"),
+    ([1], TypeError, r"must be a list of regex strings. Received: exclude_from_weight_decay=\[1\]"),
+    (["("], ValueError, r"invalid regex '\('.*Received: exclude_from_weight_decay=\['\('\]"),
+])
+def test_bad_exclude_from_weight_decay_assignment_is_refused(value, error, message):
+    optimizer = AdamW(0.5, exclude_from_weight_decay=["bias"])
+    with pytest.raises(error, match=message):
+        optimizer.exclude_from_weight_decay = value
+    assert optimizer.exclude_from_weight_decay == ("bias",)
+    with pytest.raises(error, match=message):
+        AdamW(0.5, exclude_from_weight_decay=value)  # the constructor's check
+    with pytest.raises(ValueError, match=r"needs a `weight_decay`. Received: weight_decay=None, "
+                                         r"exclude_from_weight_decay=\['bias'\]"):
+        optimizers.Adam().exclude_from_weight_decay = ["bias"]
+
+
 def test_minimize_with_tape_honours_decay_var_list():
     kwargs = CASES["sgdw_momentum"][1]
     kernel_grads, bias_grads = gradients(False, tf.float32)

@@ -12,7 +12,7 @@ from optimizers.compiled import alone, signature
 from optimizers.hyperparameters import check_number
 from optimizers.rule import kernel_if_unchanged, sum_of_squares
 from optimizers.template import CustomOptimizerV2
-from optimizers.weight_decay import VariableMask
+from optimizers.weight_decay import VariableMask, check_patterns
 
 __all__ = ["LAMB"]
 
@@ -22,12 +22,6 @@ def check_constant(name: str, value: Any, **bounds: Any) -> None:
     if tf.is_tensor(value) or callable(value):
         raise TypeError(f"`{name}` must be a Python float. Received: {name}={value!r}")
     check_number(name, value, **bounds)
-
-
-def check_patterns(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, str) or not all(isinstance(p, str) for p in value)):
-        raise TypeError(f"`{name}` must be a list of regex strings. Received: {name}={value!r}")
-    VariableMask(value, name)  # refuses invalid regexes, naming the argument
 
 
 class LAMB(CustomOptimizerV2):
@@ -66,7 +60,9 @@ class LAMB(CustomOptimizerV2):
             ``>= 0``. Defaults to ``0.0``. TFA's old name ``weight_decay_rate``
             is accepted with a ``DeprecationWarning``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
-            variables are not decayed. Defaults to ``None``.
+            variables are not decayed. Defaults to ``None``. Also an attribute,
+            settable before the first step (as in TFA, setting it then leaves
+            ``exclude_from_layer_adaptation`` as constructed).
         exclude_from_layer_adaptation: Regexes searched in ``var.name``;
             matching variables take :math:`r = 1`. Defaults to ``None``
             (``exclude_from_weight_decay``'s list).
@@ -110,10 +106,6 @@ class LAMB(CustomOptimizerV2):
         self.add_option("epsilon", epsilon, functools.partial(check_constant, "epsilon", low=0.0))
         self.add_option("exclude_from_layer_adaptation", exclude_from_layer_adaptation or exclude_from_weight_decay,
                         functools.partial(check_patterns, "exclude_from_layer_adaptation"))
-
-    @property
-    def exclude_from_weight_decay(self) -> list[str] | None:
-        return self._weight_decay.exclude.patterns or None
 
     def slot_specs(self, var: tf.Variable) -> list[str]:
         return ["m", "v"]

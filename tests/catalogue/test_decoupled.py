@@ -149,6 +149,27 @@ def test_decay_var_list_in_minimize_is_honoured(case):
     assert_trajectories(out, numpy_trajectory(case, grads, tf.float32, {"bias"}), tf.float32, "numpy")
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("case", ["keras_adam", "template_sgd_momentum", "subclass_adam"])
+def test_exclude_from_weight_decay_set_before_the_first_step_acts_as_the_argument(case, mode):
+    """TFA's public attribute: the step, get_config and the optimizer rebuilt from it all exclude the bias."""
+    optimizer = _make(case)
+    assert optimizer.exclude_from_weight_decay is None
+    optimizer.exclude_from_weight_decay = ["bias"]
+    assert optimizer.exclude_from_weight_decay == ("bias",)
+    config = optimizer.get_config()
+    assert config["exclude_from_weight_decay"] == ["bias"]
+    grads = gradients(False, tf.float32)
+    expected = numpy_trajectory(case, grads, tf.float32, decayed={"kernel"})
+    for opt in (optimizer, type(optimizer).from_config(config)):
+        assert_trajectories(trajectory(opt, grads, make_variables(tf.float32), mode), expected, tf.float32, "numpy")
+    optimizer.exclude_from_weight_decay = ["bias"]  # the same list: accepted
+    with pytest.raises(ValueError, match=rf"`exclude_from_weight_decay` cannot change once {type(optimizer).__name__} "
+                                         r"has taken a step.*Received: exclude_from_weight_decay=None"):
+        optimizer.exclude_from_weight_decay = None
+    assert optimizer.get_config()["exclude_from_weight_decay"] == ["bias"]
+
+
 # ------------------------------------------------------------------------------------ classes
 def test_factory_makes_one_registered_class_per_base():
     assert extend_with_decoupled_weight_decay(keras.optimizers.legacy.Adam) is KerasAdamW
@@ -211,7 +232,14 @@ def _model():
 
 SAVED = {"keras_adam": lambda: KerasAdamW(0.01, 0.05, exclude_from_weight_decay=["bias"]),
          "keras_sgd": lambda: KerasSGDW(0.01, 0.05, momentum=0.9),
-         "template_adam": lambda: TemplateAdamW(0.01, 0.05, exclude_from_weight_decay=["bias"])}
+         "template_adam": lambda: TemplateAdamW(0.01, 0.05, exclude_from_weight_decay=["bias"]),
+         "keras_adam_exclude_set": lambda: _excluding(KerasAdamW(0.01, 0.05), ["bias"])}
+
+
+def _excluding(optimizer, patterns):
+    """``optimizer`` after ``optimizer.exclude_from_weight_decay = patterns`` (TFA's attribute)."""
+    optimizer.exclude_from_weight_decay = patterns
+    return optimizer
 
 
 def _state(net):

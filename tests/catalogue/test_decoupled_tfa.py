@@ -22,6 +22,7 @@ from catalogue.test_adamlike import gradients, make_variables
 from catalogue.trajectories import trajectory
 from optimizers.decoupled import extend_with_decoupled_weight_decay
 
+import reference
 from conftest import HAS_TFA, TOLERANCE, keras
 
 if HAS_TFA:
@@ -96,6 +97,65 @@ def test_decay_var_list_in_apply_gradients_equals_tfa():
         optimizer, (kernel, bias) = cls(0.1, learning_rate=0.05), make_variables(tf.float32)
         runs.append(run(optimizer, grads, (kernel, bias), "function", decay_var_list=[bias]))
     assert_same(*runs)
+
+
+# TFA's optimizers whose public attribute ``exclude_from_weight_decay`` users set after construction:
+# (ours, TFA's, bit for bit); ours over the template are compared with conftest.TOLERANCE.
+EXCLUDING = {
+    "AdamW": (lambda: optimizers.AdamW(0.1, learning_rate=0.05), lambda: tfa.optimizers.AdamW(0.1, learning_rate=0.05),
+              False),
+    "SGDW": (lambda: optimizers.SGDW(0.1, learning_rate=0.05, momentum=0.9),
+             lambda: tfa.optimizers.SGDW(0.1, learning_rate=0.05, momentum=0.9), False),
+    "LAMB": (lambda: optimizers.LAMB(0.05, weight_decay=0.1), lambda: tfa.optimizers.LAMB(0.05, weight_decay=0.1),
+             False),
+    "extended_Adam": (lambda: _classes("Adam")[0](0.1, learning_rate=0.05),
+                      lambda: _classes("Adam")[1](0.1, learning_rate=0.05), True),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("name", sorted(EXCLUDING))
+def test_exclude_from_weight_decay_set_after_construction_equals_tfa(name, sparse, mode):
+    """TFA reads the attribute at each step: set before the first, it excludes the bias in both."""
+    make_ours, make_theirs, exact = EXCLUDING[name]
+    grads = gradients(sparse, tf.float32)
+    runs, configs = [], []
+    for make in (make_ours, make_theirs):
+        optimizer = make()
+        assert optimizer.exclude_from_weight_decay is None
+        optimizer.exclude_from_weight_decay = ["bias"]
+        configs.append(optimizer.get_config()["exclude_from_weight_decay"])
+        runs.append(trajectory(optimizer, grads, make_variables(tf.float32), mode))
+    assert configs[0] == configs[1] == ["bias"]
+    if exact:
+        assert_same(*runs)
+    for ours, theirs in zip(*runs):
+        for a, b in zip(ours, theirs):
+            np.testing.assert_allclose(a, b, **TOLERANCE[tf.float32])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_exclude_from_weight_decay_changed_after_a_step_where_tfa_applies_it_eagerly_only(mode):
+    """TFA takes a new list after the first step, but only an eager step uses it (a traced one keeps
+    deciding with the list it was traced with); ours refuses the change and keeps the first list."""
+    ours_cls, tfa_cls = _classes("Adam")
+    got = []
+    for cls in (tfa_cls, ours_cls):
+        opt, bias = cls(0.5, learning_rate=0.0), tf.Variable([1.0], name="bias")
+        step = lambda opt=opt, bias=bias: opt.apply_gradients([(tf.constant([0.0]), bias)]) and None  # noqa: E731
+        step = tf.function(step) if mode == "function" else step
+        step()
+        if cls is ours_cls:
+            with pytest.raises(ValueError, match=r"`exclude_from_weight_decay` cannot change once"):
+                opt.exclude_from_weight_decay = ["bias"]
+        else:
+            opt.exclude_from_weight_decay = ["bias"]
+        step()
+        got.append(bias.numpy())
+    once = reference.decay(np.array([1.0]), 0.5)  # learning rate 0: only the decay moves the bias
+    np.testing.assert_array_equal(got[0], once if mode == "eager" else reference.decay(once, 0.5))
+    np.testing.assert_array_equal(got[1], reference.decay(once, 0.5))  # ours: decayed at both steps
 
 
 def test_differences_from_tfa_are_pinned():

@@ -210,6 +210,14 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     exclude_from_weight_decay = exclude_attribute("_weight_decay")
 
     # -------------------------------------------------------- hyperparameters
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "weight_decay" and "_weight_decay" in self.__dict__ and self._weight_decay is None:
+            hint = ("it takes none" if self.weight_decay_placement == "none"
+                    else "give `weight_decay` to the constructor instead")
+            raise ValueError(f"`weight_decay` cannot be set on {type(self).__name__}, built without weight decay "
+                             f"(its step has none to change): {hint}. Received: weight_decay={value!r}")
+        super().__setattr__(name, value)
+
     def add_hyperparameter(self, name: str, value: Any, **bounds: Any) -> None:
         """Declare hyperparameter ``name`` (call in ``__init__``).
 

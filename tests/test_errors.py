@@ -11,6 +11,7 @@ import optimizers
 import slots
 from optimizers import SGD, Adam
 
+import reference
 from conftest import TF_VERSION
 
 CONSTRUCTOR_CASES = [
@@ -101,6 +102,22 @@ def test_bad_attribute_assignment_keeps_old_value():
     with pytest.raises(ValueError, match=r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=-0.1"):
         opt.beta_1 = -0.1
     assert float(opt.beta_1) == pytest.approx(0.8)
+
+
+def test_weight_decay_assigned_to_an_optimizer_built_without_one_is_refused():
+    opt = Adam(learning_rate=0.0)
+    with pytest.raises(ValueError, match=r"`weight_decay` cannot be set on Adam, built without weight decay .*"
+                                         r"give `weight_decay` to the constructor instead. Received: weight_decay=0.5"):
+        opt.weight_decay = 0.5
+    assert "weight_decay" not in opt.get_config() and "weight_decay" not in vars(opt)
+    with pytest.raises(ValueError, match=r"cannot be set on COCOB.*it takes none. Received: weight_decay=0.1"):
+        optimizers.COCOB().weight_decay = 0.1
+    # Built with one, it is a hyperparameter: the assignment takes effect at the next step.
+    opt = Adam(learning_rate=0.0, weight_decay=0.5)
+    opt.weight_decay = 0.25
+    var = tf.Variable([2.0])
+    opt.apply_gradients([(tf.constant([0.0]), var)])
+    np.testing.assert_allclose(var.numpy(), reference.decay(np.array([2.0]), 0.25), rtol=1e-6)
 
 
 @pytest.mark.default_stack_only

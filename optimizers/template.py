@@ -397,20 +397,22 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         with tf.control_dependencies(checks):
             if not self.skip_non_finite:
                 return self._apply_updates(distribution, grads_and_vars, apply_state, name)
+            # Every replica's copy (under a strategy the gradients are per replica here): one skips, all skip.
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-                                    for g, _ in grads_and_vars])
+                                    for pair in grads_and_vars for g in distribution.experimental_local_results(pair[0])])
 
             def apply() -> tf.Tensor:
                 with tf.control_dependencies([self._apply_updates(distribution, grads_and_vars, apply_state, name)]):
-                    return tf.identity(self.iterations)
+                    return tf.constant(True)
 
             def skip() -> tf.Tensor:
                 with tf.control_dependencies([self.skipped_steps.assign_add(1)]):
-                    return tf.identity(self.iterations)
+                    return tf.constant(False)
 
             if tf.executing_eagerly():
                 return apply() if bool(finite) else skip()
-            return tf.cond(finite, apply, skip)
+            # An op, as OptimizerV2's step returns in a graph (a LossScaleOptimizer's cond pairs it with its own).
+            return tf.group(tf.cond(finite, apply, skip))
 
     def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
         """Without a strategy, the hand-fused kernels run here, then the running wrapper's
@@ -600,7 +602,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             config["jit_compile"] = False
         if self.skip_non_finite:
             config["skip_non_finite"] = True
-        saved = self._routing.saved_patterns()  # a variable's own rule under its exact name
+        # A variable's own rule under its exact name; not this optimizer itself (a variable given it
+        # with set_updater, seen while it moves that variable as an updater: its own rule, no routing).
+        saved = {k: v for k, v in self._routing.saved_patterns().items() if v is not self}
         if saved:
             config["updaters"] = {k: config_lib.serialize_object(v) for k, v in saved.items()}
         return config

@@ -229,7 +229,7 @@ def _hidden_bias_model():
 
 
 @pytest.mark.parametrize("filename", ["model.h5", "model.keras"])
-@pytest.mark.parametrize("attach", ["set_updater", "ref_key", "attribute"])
+@pytest.mark.parametrize("attach", ["set_updater", "set_updater_optimizer", "ref_key", "attribute"])
 def test_a_variable_s_own_updater_is_saved_under_its_exact_name(attach, filename, tmp_path):
     """A rule attached to a variable object (``set_updater``, a ``var.ref()`` key, Keras 3's
     ``overwrite_with_gradient``) cannot itself be serialized; the config keeps it as a regex of the
@@ -242,6 +242,8 @@ def test_a_variable_s_own_updater_is_saved_under_its_exact_name(attach, filename
     updaters = None
     if attach == "set_updater":
         optimizers.set_updater(bias, optimizers.Frozen())
+    elif attach == "set_updater_optimizer":  # which also names the bias, to itself, in its own routing
+        optimizers.set_updater(bias, Adam(0.05))
     elif attach == "ref_key":
         updaters = {bias.ref(): Adam(0.05), "out/bias": optimizers.Frozen()}
     else:

@@ -56,6 +56,42 @@ def test_mirrored_loss_scale_optimizer_equals_one_device(mirrored, case):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("loss_scale", [False, True], ids=["alone", "loss_scale_optimizer"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["adam", "moving_average"])
+def test_skip_non_finite_under_mirrored_strategy_and_a_loss_scale_optimizer(mirrored, wrapped, loss_scale):
+    """A step with a NaN gradient is skipped and counted, on one device and under MirroredStrategy,
+    alone and inside a LossScaleOptimizer (fixed scale 1: the optimizer's own skip is what acts);
+    the other steps give the bits of a run that never saw the bad one."""
+    good, bad = np.array([1.0, -2.0], np.float32), np.array([np.nan, 1.0], np.float32)
+
+    def run(strategy, grads):
+        with strategy.scope():
+            var = tf.Variable([1.0, 2.0])
+            inner = optimizers.Adam(0.1, skip_non_finite=True)
+            opt = optimizers.MovingAverage(inner) if wrapped else inner
+            if loss_scale:
+                opt = keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False, initial_scale=1.0)
+
+        @tf.function
+        def step(grad):
+            def replica_step():  # each replica's share; the sum over replicas is `grad` exactly
+                share = grad / tf.distribute.get_replica_context().num_replicas_in_sync
+                opt.apply_gradients([(share, var)])
+
+            strategy.run(replica_step)
+
+        for grad in grads:
+            step(tf.constant(grad))
+        return var.numpy(), int(inner.iterations.numpy()), int(inner.skipped_steps.numpy())
+
+    expected = run(tf.distribute.get_strategy(), [good, good])
+    assert expected[1:] == (2, 0)
+    for strategy in (tf.distribute.get_strategy(), mirrored):
+        value, iterations, skipped = run(strategy, [good, bad, good])
+        np.testing.assert_array_equal(value, expected[0])
+        assert (iterations, skipped) == (2, 1)
+
+
 @pytest.mark.parametrize("reduction, expected", [("mean", 1.5), ("max", 2.0)])
 def test_mirrored_overwrite_reduction_in_model_fit(mirrored, reduction, expected):
     """Replica r sends r + 1 as the statistic's gradient (a sum would give 3)."""

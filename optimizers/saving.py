@@ -70,7 +70,7 @@ from optimizers.keras_compat import (
     restored_child,
 )
 
-__all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "record_restored_slot",
+__all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "has_loaded_slot", "record_restored_slot",
            "restore_inner_slots", "slot_index", "link_restored_optimizer"]
 
 _NAMES = "names"  # JSON list of entries, stored as bytes; values are stored under "0", "1", ...
@@ -197,6 +197,14 @@ def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
     restored_optimizer, slot = restored.pop(slot_name)
     _take_restored_scalars(optimizer, restored_optimizer)
     return slot.numpy()
+
+
+def has_loaded_slot(optimizer: Any, var: tf.Variable, slot_name: str) -> bool:
+    """Whether a loaded file holds slot ``slot_name`` of ``var``, not created yet (it is when the
+    slot is: :func:`initial_slot_value`)."""
+    if ("slot", var.name, slot_name) in (optimizer.__dict__.get("_pending_slot_values") or {}):
+        return True
+    return slot_name in (getattr(distributed_container(var), _RESTORED_ATTR, None) or {})
 
 
 def restore_inner_slots(optimizer: Any, inner: Any, var: tf.Variable) -> None:

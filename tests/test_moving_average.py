@@ -319,6 +319,32 @@ def test_h5_save_and_load_without_custom_objects(inner, tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
 
 
+@pytest.mark.parametrize("averaging", ["moving_average", "swa"])
+@pytest.mark.parametrize("filename", ["model.keras", "model.h5", "saved_model"])
+def test_a_loaded_model_gives_its_saved_averages_before_any_step(averaging, filename, tmp_path):
+    """``.keras`` and SavedModel create the optimizer's slots from the file at the first step; the
+    averages are wanted before it (evaluate or export with them): they are created from the file then."""
+    x, y = _data()
+    model = _model()
+    inner = optimizers.AdamW(weight_decay=1e-3, learning_rate=0.01)
+    opt = MovingAverage(inner, average_decay=0.9) if averaging == "moving_average" else optimizers.SWA(inner)
+    model.compile(opt, loss="mse")
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    path = str(tmp_path / filename)
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    averages = [model.optimizer.average_of(v).numpy() for v in model.trainable_variables]
+    assert not any(np.array_equal(a, v.numpy()) for a, v in zip(averages, model.trainable_variables))
+    for net in (model, loaded):
+        with optimizers.averaged_weights(net):
+            for value, var in zip(averages, net.trainable_variables):
+                np.testing.assert_array_equal(var.numpy(), value)
+    for m in (model, loaded):  # and training resumes as if never saved
+        m.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(loaded.variables + loaded.optimizer.weights, model.variables + model.optimizer.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+
+
 @pytest.mark.parametrize("inner", ["keras_adam", "keras_sgd", "template_adam", "adamw", "string"])
 def test_config_round_trip(inner):
     made = MovingAverage("adam") if inner == "string" else MovingAverage(

@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers import saving
 from optimizers.wrappers.base import OptimizerWrapper
 from slots import SlotSpec
 
@@ -46,11 +47,15 @@ class AveragingWrapper(OptimizerWrapper):
         return self.average_step(slots["average"], var, coefficients)
 
     def average_of(self, var: tf.Variable) -> tf.Variable | None:
-        """The average of ``var``, or ``None`` if it has none (yet)."""
+        """The average of ``var``, or ``None`` if it has none (yet). An average that a loaded
+        model or checkpoint holds is created from it now (else it waits for the first step)."""
         try:
             return self.get_slot(var, "average")
         except KeyError:
-            return None
+            if not saving.has_loaded_slot(self, var, "average"):
+                return None
+        self.shadow_copy([var])
+        return self.get_slot(var, "average")
 
     @property
     def has_shadow_copy(self) -> bool:

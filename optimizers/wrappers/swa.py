@@ -29,6 +29,10 @@ def _check_int(name: str, low: int) -> Any:
 _check_start, _check_period = _check_int("start_averaging", 0), _check_int("average_period", 1)
 
 
+def _compute_dtype(dtype: tf.DType) -> tf.DType:
+    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
+
+
 class SWA(AveragingWrapper):
     r"""Stochastic weight averaging (Izmailov et al., arXiv:1803.05407).
 
@@ -56,7 +60,8 @@ class SWA(AveragingWrapper):
     TensorFlow Addons' ``SWA(optimizer, start_averaging=0, average_period=10,
     name="SWA")``: same arguments and snapshots; with ``jit_compile=False`` the
     same bits. Differences: float16 and float64 variables are averaged (TFA
-    raises, mixing a float32 count into them); before the first snapshot the
+    raises, mixing a float32 count into them; the mean of float16 and bfloat16
+    weights is computed in float32); before the first snapshot the
     average is the initial weights (TFA: zeros, which ``assign_average_vars``
     would put into the model); clipping arguments are set on the inner
     optimizer, whose whole public step is taken.
@@ -95,12 +100,14 @@ class SWA(AveragingWrapper):
         """Whether this step takes a snapshot, and :math:`n`, from the exact int64 step counter."""
         since_start = coefficients["iterations"] - 1 - self.start_averaging  # t - s
         coefficients["snapshot"] = tf.logical_and(since_start >= 0, since_start % self.average_period == 0)
-        coefficients["snapshots"] = tf.cast(tf.maximum(since_start // self.average_period, 0), dtype)
+        # float16 and bfloat16 count exactly only to 2048 and 256: their mean is computed in float32.
+        coefficients["snapshots"] = tf.cast(tf.maximum(since_start // self.average_period, 0), _compute_dtype(dtype))
 
     def average_step(self, average: tf.Variable, var: tf.Variable, coefficients: dict[str, Any]) -> Any:
         n = coefficients["snapshots"]
 
         def snapshot() -> Any:
-            return average.assign((average * n + var) / (n + 1.0), read_value=False)
+            a, theta = tf.cast(average, n.dtype), tf.cast(var, n.dtype)  # no-ops but for float16 and bfloat16
+            return average.assign(tf.cast((a * n + theta) / (n + 1.0), average.dtype), read_value=False)
 
         return tf.cond(coefficients["snapshot"], snapshot, tf.no_op)

@@ -411,6 +411,22 @@ def test_swa_averages_float64_and_float16_variables():
                                    rtol=1e-3 if dtype == "float16" else 1e-15)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_swa_mean_of_low_precision_weights_does_not_drift_past_their_exact_counts(dtype):
+    """float16 counts exactly to 2048 and bfloat16 to 256: past them, a mean computed in the
+    variable's dtype drifts from weights that never move; computed in float32 it stays at them."""
+    var = tf.Variable(tf.constant([1.0, 3.0], dtype))
+    opt = SWA(keras.optimizers.legacy.SGD(0.0), start_averaging=0, average_period=1)
+
+    @tf.function
+    def step():
+        opt.apply_gradients([(tf.ones([2], dtype), var)])
+
+    for _ in range(300 if dtype == "bfloat16" else 2100):
+        step()
+    np.testing.assert_array_equal(opt.average_of(var).numpy().astype("float32"), [1.0, 3.0])
+
+
 @pytest.mark.parametrize("update_weights", [False, True])
 @pytest.mark.parametrize("wrapper", ["swa", "moving_average", "swa_in_loss_scale_optimizer"])
 def test_average_model_checkpoint_saves_the_averages(wrapper, update_weights, tmp_path):

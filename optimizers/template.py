@@ -23,7 +23,13 @@ from optimizers import config as config_lib
 from optimizers import updaters as updaters_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_bool, check_number, evaluate
-from optimizers.keras_compat import create_hypers, fallback_apply_state, is_plain_resource_variable, variable_key
+from optimizers.keras_compat import (
+    create_hypers,
+    fallback_apply_state,
+    is_plain_resource_variable,
+    variable_key,
+    variable_name,
+)
 from optimizers.rule import UpdateRule
 from optimizers.weight_decay import (
     PLACEMENTS,
@@ -380,9 +386,19 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         return self._skipped
 
     def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
+        var_list = list(var_list)
         super()._create_all_weights(var_list)
         if self.skip_non_finite:
             _ = self.skipped_steps
+        if var_list and not self.__dict__.get("_patterns_checked"):  # once, at the first step
+            self._patterns_checked = True
+            names = [variable_name(var) for var in var_list]
+            unmatched = self._routing.unmatched_patterns(names)
+            if unmatched:
+                warnings.warn(f"{type(self).__name__}: the `updaters` regexes {unmatched} match no variable of the "
+                              f"first step (named like {names[:3]}): those rules are not used. (A SavedModel "
+                              "loaded inside a distribution strategy's scope names its variables without their "
+                              "layers' scopes: save in the .keras format instead.)", stacklevel=2)
 
     def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
         """Every check of the step (sparse indices, hyperparameter values) runs

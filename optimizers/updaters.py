@@ -335,6 +335,11 @@ class Routing:
         """The ``(regex, rule)`` pairs of the mapping whose regex ``name`` matches."""
         return [(p, self.patterns[p]) for p in self._names.matching_patterns(name)] if self.patterns else []
 
+    def unmatched_patterns(self, names: list[str]) -> list[str]:
+        """The regexes of the mapping that none of ``names`` matches."""
+        matched = {p for name in names for p, _ in self._matching(name)}
+        return [p for p in self.patterns if p not in matched]
+
     def saved_patterns(self) -> dict[str, UpdateRule]:
         """What a config keeps of the routing: the regexes, then, for each variable this routing
         has resolved whose rule came from the variable itself (a ``var.ref()`` key,

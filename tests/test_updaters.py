@@ -1,5 +1,7 @@
 """Variable updaters: the steps of one `apply_gradients` call (CustomOptimizerV2's docstring), checked one by one."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -292,3 +294,15 @@ def test_an_optimizer_as_updater_routes_by_its_own_updaters_as_alone():
     Adam(0.1).apply_gradients([(tf.ones([3]), alone)])
     np.testing.assert_array_equal(other.numpy(), alone.numpy())
     np.testing.assert_array_equal(kernel.numpy(), [0.5, 0.5])
+
+
+def test_an_updaters_regex_that_matches_no_variable_of_the_first_step_is_warned_about():
+    kernel, bias = tf.Variable([1.0], name="dense/kernel"), tf.Variable([1.0], name="dense/bias")
+    opt = SGD(0.1, updaters={"dense/bias": optimizers.Frozen(), "^embedding": optimizers.Frozen()})
+    with pytest.warns(UserWarning, match=r"the `updaters` regexes \['\^embedding'\] match no variable of the first "
+                                         r"step \(named like \['dense/kernel:0', 'dense/bias:0'\]\)"):
+        opt.apply_gradients([(tf.ones([1]), kernel), (tf.ones([1]), bias)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        opt.apply_gradients([(tf.ones([1]), kernel), (tf.ones([1]), bias)])
+    assert bias.numpy().tolist() == [1.0] and kernel.numpy().tolist() == [np.float32(1.0) - np.float32(0.1) - np.float32(0.1)]

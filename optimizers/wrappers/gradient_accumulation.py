@@ -156,6 +156,10 @@ class GradientAccumulation(OptimizerWrapper):
                         experimental_aggregate_gradients: bool = True, **kwargs: Any) -> Any:
         """Accumulate these gradients; every ``accumulation_steps``-th call, apply their mean.
         ``**kwargs`` (such as ``decay_var_list``) go to the inner optimizer's step."""
+        if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():  # as Keras 2 refuses
+            raise RuntimeError("GradientAccumulation.apply_gradients() cannot be called in cross-replica context: "
+                               "call it inside `strategy.run` (as model.fit does). Received: strategy="
+                               f"{type(tf.distribute.get_strategy()).__name__}, in cross-replica context")
         grads_and_vars = check_grads_and_vars(grads_and_vars)
         pairs = [(g, v) for g, v in grads_and_vars if g is not None and self.wraps(v)]
         if not pairs:

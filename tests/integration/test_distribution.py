@@ -92,6 +92,16 @@ def test_skip_non_finite_under_mirrored_strategy_and_a_loss_scale_optimizer(mirr
         assert (iterations, skipped) == (2, 1)
 
 
+def test_gradient_accumulation_called_in_cross_replica_context_is_refused_as_keras_refuses(mirrored):
+    with mirrored.scope():
+        var = tf.Variable([1.0, 2.0])
+        opt = optimizers.GradientAccumulation(optimizers.Adam(0.1), 2)
+        with pytest.raises(RuntimeError, match=r"cannot be called in cross-replica context: call it inside "
+                                               r"`strategy.run`.*Received: strategy=MirroredStrategy"):
+            opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    assert var.numpy().tolist() == [1.0, 2.0] and int(opt.iterations.numpy()) == 0
+
+
 @pytest.mark.parametrize("reduction, expected", [("mean", 1.5), ("max", 2.0)])
 def test_mirrored_overwrite_reduction_in_model_fit(mirrored, reduction, expected):
     """Replica r sends r + 1 as the statistic's gradient (a sum would give 3)."""

@@ -23,7 +23,8 @@ __all__ = ["Hyperparameters", "assertion", "check_bool", "check_number", "checke
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
                  low_inclusive: bool = True, high_inclusive: bool = True) -> None:
-    """Validate a hyperparameter: a number, tensor, callable or schedule, in range.
+    """Validate a hyperparameter: a number, tensor, callable or schedule, in range, also once
+    rounded to float32, the precision a step uses it in (``0.999999999`` is ``1.0`` there).
 
     Raises ``TypeError``/``ValueError`` that name the argument and repeat the value.
     Callables and schedules are checked when called, not here.
@@ -45,13 +46,16 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         except (TypeError, ValueError):
             raise TypeError(f"`{name}` must be a float, a tensor, a callable or a LearningRateSchedule. "
                             f"Received: {name}={value!r}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"`{name}` must be a finite number. Received: {name}={value!r}")
-    too_low = low is not None and (number < low or (not low_inclusive and number == low))
-    too_high = high is not None and (number > high or (not high_inclusive and number == high))
-    if too_low or too_high:
-        raise ValueError(f"`{name}` must be in {_interval(low, high, low_inclusive, high_inclusive)}. "
-                         f"Received: {name}={value!r}")
+    with np.errstate(over="ignore", under="ignore"):
+        used = float(np.float32(number))  # the value a step uses: Keras keeps hyperparameters in float32
+    for candidate, note in ((number, ""), (used, f" (as a float32, the precision it is used in: {used!r})")):
+        if not math.isfinite(candidate):
+            raise ValueError(f"`{name}` must be a finite number{note}. Received: {name}={value!r}")
+        too_low = low is not None and (candidate < low or (not low_inclusive and candidate == low))
+        too_high = high is not None and (candidate > high or (not high_inclusive and candidate == high))
+        if too_low or too_high:
+            raise ValueError(f"`{name}` must be in {_interval(low, high, low_inclusive, high_inclusive)}{note}. "
+                             f"Received: {name}={value!r}")
 
 
 def check_bool(name: str, value: Any) -> None:

@@ -26,6 +26,11 @@ CONSTRUCTOR_CASES = [
     (dict(learning_rate=None), TypeError, r"Received: learning_rate=None"),
     (dict(learning_rate=tf.constant([0.1, 0.2])), TypeError, r"`learning_rate` must be a scalar float tensor"),
     (dict(beta_1=tf.constant(2.0)), ValueError, r"`beta_1` must be in \[0.0, 1.0\).*Received: beta_1=<tf.Tensor"),
+    # Checked as a step uses them too, rounded to float32 (Keras keeps hyperparameters in float32):
+    (dict(beta_1=0.999999999), ValueError, r"`beta_1` must be in \[0.0, 1.0\) \(as a float32, the precision it is "
+     rf"used in: {float(np.float32(0.999999999))}\). Received: beta_1=0.999999999"),
+    (dict(learning_rate=1e39), ValueError, r"`learning_rate` must be a finite number \(as a float32, the precision "
+     rf"it is used in: {float(np.float32(np.float64(1e39)))}\). Received: learning_rate=1e\+39"),
     (dict(epsilon=-1e-7), ValueError, r"`epsilon` must be in \[0.0, inf\]. Received: epsilon=-1e-07"),
     (dict(clipnorm=-1.0), ValueError, r"`clipnorm` must be in \[0.0, inf\]. Received: clipnorm=-1.0"),
     (dict(clipvalue="big"), TypeError, r"Received: clipvalue='big'"),
@@ -101,6 +106,9 @@ def test_bad_attribute_assignment_keeps_old_value():
     opt = Adam(beta_1=0.8)
     with pytest.raises(ValueError, match=r"`beta_1` must be in \[0.0, 1.0\). Received: beta_1=-0.1"):
         opt.beta_1 = -0.1
+    assert float(opt.beta_1) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match=r"\(as a float32, the precision it is used in: 1.0\)"):
+        opt.beta_1 = 1 - 1e-9  # 1.0 in float32, outside [0, 1)
     assert float(opt.beta_1) == pytest.approx(0.8)
 
 

@@ -57,6 +57,8 @@ CONSTRUCTOR_CASES = [
      r"unexpected keyword argument `sequential_update`. Received: sequential_update=True"),
     (lambda: optimizers.MovingAverage(Adam(clipnorm=1.0), clipnorm=2.0), ValueError,
      r"`clipnorm` is set both on the wrapper and on the inner optimizer. Received: clipnorm=2.0"),
+    (lambda: optimizers.Lion(0.1, beta_1=1e-50), ValueError, r"`beta_1` must be in \(0.0, 1.0\] \(as a float32, the "
+     rf"precision it is used in: {float(np.float32(1e-50))}\). Received: beta_1=1e-50"),
     (lambda: optimizers.RowwiseAdagrad(epsilon=math.nan), ValueError, r"`epsilon` must be a finite number. Received: epsilon=nan"),
     (lambda: optimizers.OverwriteWithGradient("sum"), ValueError,
      r"`reduction` must be 'mean' or 'max'. Received: reduction='sum'"),

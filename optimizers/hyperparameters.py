@@ -122,6 +122,21 @@ def option_change_error(owner: str, name: str, current: Any, value: Any) -> Valu
                       f"{name}={current!r}); make a new optimizer instead. Received: {name}={value!r}")
 
 
+def _same_option(old: Any, new: Any) -> bool:
+    """Whether ``new`` is option value ``old`` again: the same object, or an equal plain value
+    (``==``; a bool equals only a bool; tensors, variables and arrays only themselves)."""
+    if old is new:
+        return True
+    if any(tf.is_tensor(x) or isinstance(x, np.ndarray) for x in (old, new)):
+        return False  # compared elementwise, or on the device
+    if isinstance(old, (bool, np.bool_)) != isinstance(new, (bool, np.bool_)):
+        return False
+    try:
+        return bool(old == new)
+    except (TypeError, ValueError):
+        return False
+
+
 def assertion(condition: tf.Tensor, data: list, summarize: int = 3) -> tf.Operation:
     """A graph assertion that fails the step with ``data`` unless ``condition``: the raw op, as
     ``tf.debugging.Assert`` wraps it in a conditional, one function call more in every step."""
@@ -212,7 +227,7 @@ class Hyperparameters:
     def __setattr__(self, name: str, value: Any) -> None:
         options = self.__dict__.get("_option_checks", {})
         if name in options:
-            if self.__dict__.get("_options_locked") and self.__dict__.get(name, value) is not value:
+            if self.__dict__.get("_options_locked") and not _same_option(self.__dict__.get(name, value), value):
                 raise option_change_error(type(self).__name__, name, self.__dict__[name], value)
             if options[name] is not None:
                 options[name](value)

@@ -128,6 +128,28 @@ def test_weight_decay_assigned_to_an_optimizer_built_without_one_is_refused():
     np.testing.assert_allclose(var.numpy(), reference.decay(np.array([2.0]), 0.25), rtol=1e-6)
 
 
+@pytest.mark.parametrize("make, name, again", [
+    (lambda: Adam(0.1, epsilon=1e-7), "epsilon", lambda: float("1e-7")),
+    (lambda: optimizers.Lookahead(SGD(0.1), sync_period=1000), "sync_period", lambda: int("1000")),
+    (lambda: optimizers.GradientAccumulation(SGD(0.1), 300), "accumulation_steps", lambda: int("300")),
+], ids=["Adam.epsilon", "Lookahead.sync_period", "GradientAccumulation.accumulation_steps"])
+def test_an_option_set_to_its_value_after_the_first_step_is_taken_and_a_new_value_refused(make, name, again):
+    opt = make()
+    opt.apply_gradients([(tf.constant([1.0]), tf.Variable([1.0]))])
+    current = getattr(opt, name)
+    same = again()  # an equal value, another object
+    assert same == current and same is not current
+    setattr(opt, name, same)
+    assert getattr(opt, name) == current
+    other = current * 2
+    with pytest.raises(ValueError, match=rf"`{name}` cannot change once {type(opt).__name__} has taken a step.*"
+                                         rf"Received: {name}={other!r}"):
+        setattr(opt, name, other)
+    assert getattr(opt, name) == current
+    with pytest.raises(ValueError, match=rf"`{name}` cannot change"):
+        setattr(opt, name, np.array([current]))  # compared safely: an array is not the option's value
+
+
 @pytest.mark.default_stack_only
 @pytest.mark.skipif(TF_VERSION < (2, 16), reason="Keras 3 exists only beside TF >= 2.16")
 def test_keras3_variable_gets_a_hint_to_use_tf_keras():

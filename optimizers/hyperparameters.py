@@ -150,7 +150,9 @@ class Hyperparameters:
     attribute (``obj.learning_rate = 0.1``), and, when it can change by itself
     (a schedule, a callable, a ``tf.Variable``), at every step. By default
     values are kept as given, in a dictionary; an optimizer rule keeps them as
-    OptimizerV2 hyperparameters (checkpointed variables) instead.
+    OptimizerV2 hyperparameters (checkpointed variables) instead, which can then
+    change by themselves (``keras.backend.set_value``), so they too are checked
+    at every step.
 
     An *option* (:meth:`add_option`) is any other constructor argument, read
     when the step is built (``amsgrad``, ``epsilon``...): it is checked when set,
@@ -173,7 +175,6 @@ class Hyperparameters:
         bounds = dict(low=low, high=high, low_inclusive=low_inclusive, high_inclusive=high_inclusive)
         check_number(name, value, **bounds)
         self.__dict__.setdefault("_hyper_bounds", {})[name] = bounds
-        self.__dict__.setdefault("_dynamic_hypers", {})[name] = is_dynamic(value)
         self._store_hyperparameter(name, value)
 
     def add_option(self, name: str, value: Any, check: Callable[[Any], None] | None = None) -> None:
@@ -188,9 +189,8 @@ class Hyperparameters:
 
     def checked_hyperparameters(self, iterations: Any) -> list:
         """The run-time checks of the hyperparameters that can change by themselves."""
-        dynamic = self.__dict__.get("_dynamic_hypers", {})
         return [self.hyperparameter(name, tf.float32, iterations) for name in self.hyperparameter_names
-                if dynamic.get(name)]
+                if is_dynamic(self._read_hyperparameter(name))]
 
     @property
     def hyperparameter_names(self) -> tuple[str, ...]:
@@ -204,8 +204,10 @@ class Hyperparameters:
         return tf.cast(self._checked(name, raw, evaluate(raw, iterations)), dtype)
 
     def _checked(self, name: str, raw: Any, value: Any) -> Any:
-        """``value`` of ``raw`` with its run-time check if ``raw`` can change by itself."""
-        if self.__dict__.get("_dynamic_hypers", {}).get(name, is_dynamic(raw)):
+        """``value`` of ``raw`` with its run-time check if ``raw`` can change by itself (a variable:
+        an optimizer rule's own hyperparameter variables too, which ``keras.backend.set_value`` and
+        Keras' learning-rate callbacks assign without this class seeing it)."""
+        if is_dynamic(raw):
             return checked_value(name, value, **self.__dict__["_hyper_bounds"][name])
         return value
 
@@ -216,12 +218,10 @@ class Hyperparameters:
         return self.__dict__["_hyper_values"][name]
 
     def _check_hyperparameter(self, name: str, value: Any) -> bool:
-        """Check ``value`` if ``name`` is declared, and remember whether it can
-        change by itself; return whether ``name`` is declared."""
+        """Check ``value`` if ``name`` is declared; return whether ``name`` is declared."""
         bounds = self.__dict__.get("_hyper_bounds", {}).get(name)
         if bounds is not None:
             check_number(name, value, **bounds)
-            self.__dict__.setdefault("_dynamic_hypers", {})[name] = is_dynamic(value)
         return bounds is not None
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -130,6 +130,34 @@ def test_nan_hyperparameter_set_later_is_refused_and_changes_nothing(case):
     _assert_unchanged(before, _snapshot(net, opt))
 
 
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+def test_a_hyperparameter_variable_assigned_out_of_range_is_refused_at_the_step(mode):
+    """keras.backend.set_value reaches the variable without the attribute's check: the step checks it."""
+    var = tf.Variable([1.0, 2.0])
+    opt = Adam(0.01)
+    apply = opt.apply_gradients if mode == "eager" else tf.function(lambda pairs: opt.apply_gradients(pairs) and None)
+    apply([(tf.constant([0.1, 0.1]), var)])
+    keras.backend.set_value(opt.beta_1, 1.0)  # beta_1 lies in [0, 1)
+    before = var.numpy().copy(), optimizer_state(opt, [var])
+    error = ValueError if mode == "eager" else tf.errors.InvalidArgumentError
+    with pytest.raises(error, match=r"`beta_1` must be a finite number in \[0.0, 1.0\). Received: beta_1=(1.0|\] \[1\])"):  # eagerly, or as a graph assertion prints it
+        apply([(tf.constant([0.1, 0.1]), var)])
+    _assert_unchanged(([before[0]], before[1]), ([var.numpy()], optimizer_state(opt, [var])))
+
+
+def test_learning_rate_scheduler_out_of_range_stops_fit_before_the_first_update():
+    x = np.random.RandomState(0).randn(16, 4).astype("float32")
+    net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    net.compile(optimizers.MovingAverage(optimizers.AdamW(0.01, 1e-4)), "mse")
+    before = [w.copy() for w in net.get_weights()]
+    schedule = keras.callbacks.LearningRateScheduler(lambda epoch, lr: -0.1)  # sets the variable with set_value
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"`learning_rate` must be a finite number in \[0.0, inf\]. Received: learning_rate=.*-0.1"):
+        net.fit(x, x.sum(1), epochs=1, verbose=0, callbacks=[schedule])
+    _assert_unchanged((before, {}), (net.get_weights(), {}))
+    assert int(net.optimizer.iterations.numpy()) == 0
+
+
 def test_swap_weights_before_any_average_exists():
     net = model()
     opt = optimizers.MovingAverage(Adam(0.01))

@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import optimizers
+from optimizers import keras
+
 from .optimizers_under_test import IDS, OPTIMIZERS, batches, case_model, data, hyperparameter_to_break
 
 
@@ -46,6 +49,24 @@ def _callable_hyperparameter(value):
     return set_it
 
 
+def _assigned_hyperparameter(value):
+    """Assign ``value`` with ``keras.backend.set_value`` (as Keras' LearningRateScheduler and
+    ReduceLROnPlateau do, unseen by the attribute's check) to the hyperparameter variable of
+    ``hyperparameter_to_break``, or of the optimizer a wrapper wraps (a wrapper's own hyperparameters
+    are no variables a user holds); ``False`` where there is none (COCOB, Keras' own optimizers)."""
+
+    def set_it(opt):
+        target = hyperparameter_to_break(opt)
+        if target is not None and isinstance(target[0], optimizers.OptimizerWrapper):
+            target = hyperparameter_to_break(target[0].inner_optimizer)
+        if target is None or not isinstance(getattr(*target), tf.Variable):
+            return False
+        keras.backend.set_value(getattr(*target), value)
+        return True
+
+    return set_it
+
+
 FAULTS = {
     "sparse_index_out_of_range": (_bad_index, None, (ValueError, tf.errors.InvalidArgumentError)),
     "sparse_index_negative": (lambda g, v: _bad_index(g, v, row=-1), None, (ValueError, tf.errors.InvalidArgumentError)),
@@ -53,6 +74,9 @@ FAULTS = {
     "gradient_shape": (_bad_shape, None, ValueError),
     "nan_hyperparameter": (None, _callable_hyperparameter(float("nan")), (ValueError, tf.errors.InvalidArgumentError)),
     "inf_hyperparameter": (None, _callable_hyperparameter(float("inf")), (ValueError, tf.errors.InvalidArgumentError)),
+    # Every hyperparameter of ours is >= 0: -1 is out of range, in a variable the optimizer did not see change.
+    "hyperparameter_variable_assigned_out_of_range": (None, _assigned_hyperparameter(-1.0),
+                                                      (ValueError, tf.errors.InvalidArgumentError)),
 }
 
 
@@ -82,12 +106,12 @@ def test_refused_steps_change_nothing(case, mode):
 
     good_steps()
     for fault, (bad_grads, bad_setting, error) in FAULTS.items():
-        before = _snapshot(net, opt)
         grads = gradients(*batch)
         if bad_grads is not None:
             grads = bad_grads(grads, net.trainable_variables)
         if bad_setting is not None and not bad_setting(opt):
             continue  # no hyperparameter to set
+        before = _snapshot(net, opt)  # after the setting: an assigned hyperparameter variable is state too
         step = tf.function(apply) if mode == "tf_function" else apply
         with pytest.raises(error):
             step(grads)

@@ -149,7 +149,9 @@ class Hyperparameters:
     A hyperparameter is checked when declared, whenever it is set again as an
     attribute (``obj.learning_rate = 0.1``), and, when it can change by itself
     (a schedule, a callable, a ``tf.Variable``), at every step. By default
-    values are kept as given, in a dictionary; an optimizer rule keeps them as
+    values are kept as given, in a dictionary, and from the first step on a
+    number is also held in a scalar variable that steps read, so that setting it
+    reaches a step already built (a ``tf.function``); an optimizer rule keeps them as
     OptimizerV2 hyperparameters (checkpointed variables) instead, which can then
     change by themselves (``keras.backend.set_value``), so they too are checked
     at every step.
@@ -184,8 +186,14 @@ class Hyperparameters:
         setattr(self, name, value)
 
     def lock_options(self) -> None:
-        """Called when the first step is built: options can no longer change."""
+        """Called when a step is built: options can no longer change, and from now on each
+        hyperparameter that is a number is also held in a variable, which steps read (see :meth:`_hold`)."""
+        if self.__dict__.get("_options_locked"):
+            return
         self.__dict__["_options_locked"] = True
+        for name, value in self.__dict__.get("_hyper_values", {}).items():
+            if not is_dynamic(value):
+                self._hold(name, value)
 
     def checked_hyperparameters(self, iterations: Any) -> list:
         """The run-time checks of the hyperparameters that can change by themselves."""
@@ -201,7 +209,7 @@ class Hyperparameters:
         """The value of hyperparameter ``name`` as a ``dtype`` tensor, schedules
         evaluated at ``iterations`` (the steps taken so far)."""
         raw = self._read_hyperparameter(name)
-        return tf.cast(self._checked(name, raw, evaluate(raw, iterations)), dtype)
+        return tf.cast(self._checked(name, raw, evaluate(self._step_value(name), iterations)), dtype)
 
     def _checked(self, name: str, raw: Any, value: Any) -> Any:
         """``value`` of ``raw`` with its run-time check if ``raw`` can change by itself (a variable:
@@ -212,10 +220,34 @@ class Hyperparameters:
         return value
 
     def _store_hyperparameter(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_options_locked") and not is_dynamic(value):
+            self._hold(name, value)
         self.__dict__.setdefault("_hyper_values", {})[name] = value
 
     def _read_hyperparameter(self, name: str) -> Any:
+        """``name``'s value as set (what the config reports)."""
         return self.__dict__["_hyper_values"][name]
+
+    def _hold(self, name: str, number: Any) -> None:
+        """Hold ``number``, the value of ``name`` from now on, in a scalar variable that steps read, so
+        that a step built before (a ``tf.function``, ``model.fit``'s train function) sees it too.
+
+        Float64 holds the number as a step converted it before, bit for bit (a Python float as
+        float32, a float64 as float64). Not trainable, not checkpointed: the config keeps the value."""
+        with tf.init_scope():
+            value = tf.cast(number, tf.float64)
+            held = self.__dict__.setdefault("_held_hypers", {})
+            if name in held:
+                held[name].assign(value)
+            else:
+                held[name] = tf.Variable(value, trainable=False, name=name,
+                                         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def _step_value(self, name: str) -> Any:
+        """What a step reads for ``name``: the variable holding its number, else its value as set."""
+        raw = self._read_hyperparameter(name)
+        held = self.__dict__.get("_held_hypers", {}).get(name)
+        return held if held is not None and not is_dynamic(raw) else raw
 
     def _check_hyperparameter(self, name: str, value: Any) -> bool:
         """Check ``value`` if ``name`` is declared; return whether ``name`` is declared."""

@@ -398,6 +398,30 @@ def test_fit_under_mirrored_strategy_equals_single_device(mirrored):
         np.testing.assert_allclose(ours, theirs, **TOLERANCE[tf.float32])
 
 
+class _StopAveraging(keras.callbacks.Callback):
+    """After the first epoch, ``average_decay=0``: from then on each average takes its weight's value."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            self.model.optimizer.average_decay = 0.0
+
+
+@pytest.mark.parametrize("context", ["eager", "train_function", "mirrored_train_function"])
+def test_average_decay_set_during_fit_takes_effect_in_the_train_function(context, mirrored):
+    x, y = _data()
+    strategy = mirrored if context.startswith("mirrored") else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = _model()
+        model.compile(MovingAverage(TemplateAdam(0.05), average_decay=0.99), loss="mse",
+                      run_eagerly=context == "eager")
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[_StopAveraging()])
+    opt = model.optimizer
+    assert opt.average_decay == 0.0 and opt.get_config()["average_decay"] == 0.0
+    for var in model.trainable_variables:
+        for weight, average in zip(_components(var), _components(opt.get_slot(var, "average"))):
+            np.testing.assert_allclose(average, weight, **TOLERANCE[tf.float32])
+
+
 def _fit(callbacks, x, y, epochs=3):
     model = _model()
     model.set_weights([np.full(w.shape, 0.1 * (i + 1), "float32") for i, w in enumerate(model.weights)])

@@ -139,6 +139,25 @@ def test_rowwise_adagrad_dense_equals_sparse_with_all_rows_and_uses_one_number_p
     assert slots.slot_memory(opt_dense) == {"RowwiseAdagrad/accumulator": 4 * 4}
 
 
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+def test_an_updater_hyperparameter_set_after_the_step_was_built_takes_effect_in_it(mode):
+    var = tf.Variable(np.ones((3, 2), np.float32), name="embedding")
+    updater = optimizers.RowwiseAdagrad(learning_rate=0.5)
+    opt = SGD(0.1, updaters={"embedding": updater})
+
+    def step():
+        opt.apply_gradients([(tf.ones((3, 2)), var)])
+
+    step = tf.function(step) if mode == "tf_function" else step
+    step()
+    after_first = var.numpy()
+    assert not np.array_equal(after_first, np.ones((3, 2)))
+    updater.learning_rate = 0.0  # after the step was built (traced, in tf.function): no step moves it now
+    step()
+    np.testing.assert_array_equal(var.numpy(), after_first)
+    assert updater.get_config()["learning_rate"] == 0.0
+
+
 @pytest.mark.parametrize("reduction", ["mean", "max"])
 def test_mirrored_overwrite_receives_mean_or_max_not_sum(mirrored, reduction):
     with mirrored.scope():

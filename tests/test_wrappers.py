@@ -104,6 +104,51 @@ def test_clipping_of_a_wrapper_is_its_inner_optimizers_read_and_set(wrap):
         later.clipvalue = -1.0
 
 
+def _moving_average_reference(var, average, grad, lr, decay):
+    """One step of MovingAverage(SGD(lr)) in float32 numpy: ``(var, average)``."""
+    var = var - np.float32(lr) * grad
+    return var, average - (average - var) * (np.float32(1) - np.float32(decay))
+
+
+def _lookahead_reference(var, slow, grad, lr, slow_step_size):
+    """One step of Lookahead(SGD(lr), sync_period=1) in float32 numpy: ``(var, slow)``."""
+    var = var - np.float32(lr) * grad
+    slow = slow + np.float32(slow_step_size) * (var - slow)
+    return slow, slow
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf_function"])
+@pytest.mark.parametrize("make, name, first, then, reference, slot", [
+    (lambda: optimizers.MovingAverage(optimizers.SGD(0.1), average_decay=0.99), "average_decay", 0.99, 0.0,
+     _moving_average_reference, "average"),
+    (lambda: optimizers.MovingAverage(keras.optimizers.legacy.SGD(0.1), average_decay=0.99), "average_decay", 0.99,
+     0.0, _moving_average_reference, "average"),
+    (lambda: optimizers.Lookahead(optimizers.SGD(0.1), sync_period=1, slow_step_size=0.5), "slow_step_size", 0.5,
+     1.0, _lookahead_reference, "slow"),
+], ids=["MovingAverage(template)", "MovingAverage(keras)", "Lookahead"])
+def test_a_wrapper_hyperparameter_set_after_the_step_was_built_takes_effect_in_it(make, name, first, then,
+                                                                                  reference, slot, mode):
+    grad = np.array([1.0, -1.0], np.float32)
+    var = tf.Variable([1.0, 2.0])
+    opt = make()
+
+    def step():
+        opt.apply_gradients([(tf.constant(grad), var)])
+
+    step = tf.function(step) if mode == "tf_function" else step
+    expected = var.numpy(), var.numpy()  # the slot starts at the weights
+    step()
+    expected = reference(*expected, grad, 0.1, first)
+    setattr(opt, name, then)  # after the step was built (traced, in tf.function)
+    for _ in range(2):
+        step()
+        expected = reference(*expected, grad, 0.1, then)
+    np.testing.assert_allclose(var.numpy(), expected[0], rtol=1e-6)
+    np.testing.assert_allclose(opt.get_slot(var, slot).numpy(), expected[1], rtol=1e-6)
+    assert opt.get_config()[name] == then and getattr(opt, name) == then  # the value as set, as before
+    assert not any(name in w.name for w in opt.weights)  # a wrapper's hyperparameter is no optimizer weight
+
+
 @pytest.mark.parametrize("order", ["lso_outside", "lso_inside"])
 def test_composes_with_loss_scale_optimizer_in_both_orders(order):
     init = np.array([0.5, -0.25], np.float32)

@@ -121,7 +121,7 @@ class MovingAverage(AveragingWrapper):
         """:math:`d_t` (``"decay"``), computed in float32 from :math:`t` (the steps before this
         one), and :math:`1 - d_t` (``"one_minus_decay"``)."""
         step = tf.cast(coefficients["iterations"] - 1, tf.float32)
-        decay = tf.cast(evaluate(self._read_hyperparameter("average_decay"), step), tf.float32)
+        decay = tf.cast(evaluate(self._step_value("average_decay"), step), tf.float32)
         if self.num_updates is not None:
             n = tf.cast(self.num_updates, tf.float32)
             decay = tf.minimum(decay, (1.0 + n) / (10.0 + n))

@@ -61,6 +61,9 @@ def test_hyperparameters_and_options_reach_the_optimizer_that_has_them_through_n
     outer = optimizers.GradientAccumulation(optimizers.Lookahead(optimizers.MovingAverage(adam)), 2)
     outer.beta_1, outer.average_decay, outer.sync_period, outer.amsgrad = 0.5, 0.9, 3, True
     assert float(adam.beta_1) == 0.5 and adam.amsgrad
+    decayed = optimizers.MovingAverage(optimizers.AdamW(1e-4))
+    decayed.exclude_from_weight_decay = ["bias"]  # a property of the inner optimizer's class
+    assert decayed.inner_optimizer.exclude_from_weight_decay == ("bias",) and "exclude_from_weight_decay" not in vars(decayed)
     assert float(outer.inner_optimizer.inner_optimizer.average_decay) == pytest.approx(0.9)
     assert outer.inner_optimizer.sync_period == 3
     assert not {"beta_1", "average_decay", "sync_period", "amsgrad"} & set(vars(outer))  # nothing shadowed

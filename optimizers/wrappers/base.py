@@ -60,7 +60,8 @@ def _declares(optimizer: Any, name: str) -> bool:
         return False
     if isinstance(optimizer, OptimizerWrapper):
         return optimizer._owns(name) or _declares(optimizer.inner_optimizer, name)
-    return name in hyper_dict(optimizer) or name in vars(optimizer) or name in getattr(optimizer, "hyperparameter_names", ())
+    return (name in hyper_dict(optimizer) or name in vars(optimizer) or name in getattr(optimizer, "hyperparameter_names", ())
+            or isinstance(getattr(type(optimizer), name, None), property))  # exclude_from_weight_decay...
 
 
 class OptimizerWrapper(Hyperparameters, OptimizerBase):

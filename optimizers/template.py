@@ -27,6 +27,7 @@ from optimizers.keras_compat import (
     create_hypers,
     fallback_apply_state,
     is_plain_resource_variable,
+    track,
     variable_key,
     variable_name,
 )
@@ -201,6 +202,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             self._set_hyper("decay", self._initial_decay)  # a checkpointed variable in Keras 2's built-ins
         self._lr_alias = lr_alias
         self._routing = routing
+        self._checkpoint_routed({f"updaters[{key}]": rule for key, rule in routing.named_rules().items()})
         self.jit_compile = jit_compile
         self.skip_non_finite = skip_non_finite
         self._skipped: tf.Variable | None = None
@@ -276,6 +278,15 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         return coefficients
 
     # ------------------------------------------------------ rules per variable
+    def _checkpoint_routed(self, rules: Mapping[str, UpdateRule]) -> None:
+        """Make each template optimizer of ``rules`` a checkpoint dependency of this optimizer under its
+        key, so that ``tf.train.Checkpoint`` keeps its hyperparameter variables (a learning rate set
+        since its construction) with this optimizer's state (its slots are this optimizer's already).
+        A variable updater keeps no variables."""
+        for name, rule in rules.items():
+            if isinstance(rule, CustomOptimizerV2):
+                track(self, rule, name)
+
     @property
     def rule_name(self) -> str:
         return self._name

@@ -266,6 +266,11 @@ def after_sum(summed: Any, reduction: str, num_replicas: int) -> Any:
     return summed
 
 
+def _exact_pattern(name: str) -> str:
+    """The regex that matches the variable name ``name`` alone."""
+    return f"^{re.escape(name)}$"
+
+
 class Routing:
     """The ``updaters=`` argument of an optimizer: which variables follow which rule.
 
@@ -277,6 +282,7 @@ class Routing:
     def __init__(self, updaters: Any = None) -> None:
         self.patterns: dict[str, UpdateRule] = {}
         self._by_key: dict[Any, UpdateRule] = {}
+        self._exact: dict[str, UpdateRule] = {}  # a variable key's rule under its variable's exact-name regex
         self._names = VariableMask()
         self._resolved: dict[int, tuple] = {}  # id(var) -> (var, set_updater count, its rule)
         if updaters is None:
@@ -296,6 +302,7 @@ class Routing:
                 self.patterns[key] = updater
             elif isinstance(key, tf.Variable):
                 self._by_key[variable_key(key)] = updater
+                self._exact[_exact_pattern(variable_name(key))] = updater
             else:
                 raise TypeError("`updaters` keys must be variables (var.ref() in a dict) or regex strings. "
                                 f"Received key {key!r} in updaters={updaters!r}")
@@ -360,8 +367,13 @@ class Routing:
         exact = {name: rule for name, rules in outcomes.items() if name not in clashes
                  for rule in rules.values() if rule is not None}
         saved = dict(self.patterns)
-        saved.update({f"^{re.escape(name)}$": rule for name, rule in exact.items()})
+        saved.update({_exact_pattern(name): rule for name, rule in exact.items()})
         return saved
+
+    def named_rules(self) -> dict[str, UpdateRule]:
+        """Every rule of the mapping under the regex a config keeps it by: its own regex, or for a
+        variable key the regex of the variable's exact name (as :meth:`saved_patterns` writes it)."""
+        return {**self.patterns, **self._exact}
 
     def rules(self) -> list[UpdateRule]:
         """Every rule named in the mapping."""

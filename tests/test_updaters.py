@@ -325,3 +325,24 @@ def test_an_updaters_regex_that_matches_no_variable_of_the_first_step_is_warned_
         warnings.simplefilter("error")  # once only
         opt.apply_gradients([(tf.ones([1]), kernel), (tf.ones([1]), bias)])
     assert bias.numpy().tolist() == [1.0] and kernel.numpy().tolist() == [np.float32(1.0) - np.float32(0.1) - np.float32(0.1)]
+
+
+def test_a_routed_optimizer_is_checkpointed_under_the_regex_its_config_keeps(tmp_path):
+    """An optimizer in ``updaters=`` is a checkpoint dependency named ``updaters[<regex>]``, a variable
+    key's by its exact name, the regex the config writes: the optimizer built from the config finds
+    the learning rates set on the original's updaters (restored before its first step)."""
+    model = _hidden_bias_model()
+    bias = model.get_layer("hidden").bias
+    opt = SGD(0.1, updaters={bias.ref(): Adam(0.05), "out/": SGD(0.2, momentum=0.9), "hidden/kernel": optimizers.Frozen()})
+    opt.apply_gradients([(tf.ones_like(v), v) for v in model.trainable_variables])
+    keras.backend.set_value(opt.updater_for(bias).learning_rate, 0.5)
+    keras.backend.set_value(opt.updater_for(model.get_layer("out").bias).learning_rate, 0.25)
+    path = tf.train.Checkpoint(optimizer=opt).save(str(tmp_path / "ckpt"))
+    assert sorted(key for key, _ in tf.train.list_variables(path) if "learning_rate" in key) == [
+        "optimizer/learning_rate/.ATTRIBUTES/VARIABLE_VALUE",
+        "optimizer/updaters[^hidden.Sbias:0$]/learning_rate/.ATTRIBUTES/VARIABLE_VALUE",
+        "optimizer/updaters[out.S]/learning_rate/.ATTRIBUTES/VARIABLE_VALUE"]
+    again = SGD.from_config(opt.get_config())
+    tf.train.Checkpoint(optimizer=again).restore(path)
+    assert float(again.updater_for(bias).learning_rate.numpy()) == 0.5
+    assert float(again.updater_for(model.get_layer("out").bias).learning_rate.numpy()) == 0.25

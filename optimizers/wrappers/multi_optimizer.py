@@ -169,7 +169,8 @@ class MultiOptimizer(CustomOptimizerV2):
     the optimizers are rules (a built-in Keras optimizer is refused with the
     name of its equivalent here; in a config, TFA's included, it becomes that
     equivalent); a weight in two pairs is refused (TFA applied both); the
-    whole state is checkpointed (TFA's kept no slots); host ``clipnorm``... and
+    whole state is checkpointed (TFA's kept no slots; each pair's optimizer's hyperparameter
+    variables as ``optimizer_specs[<i>]``); host ``clipnorm``... and
     ``decay_var_list`` are refused (TFA ignored them).
 
     Args:
@@ -205,6 +206,7 @@ class MultiOptimizer(CustomOptimizerV2):
                              f"optimizers_and_layers={optimizers_and_layers!r}, optimizer_specs={optimizer_specs!r}")
         self._pairs = _pairs(optimizers_and_layers, optimizer_specs)
         self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs for name in pair["weights"]}
+        self._checkpoint_routed({f"optimizer_specs[{i}]": pair["optimizer"] for i, pair in enumerate(self._pairs)})
 
     clipnorm = property(OptimizerV2.clipnorm.fget, lambda self, value: _refuse_clipping(self, "clipnorm", value))
     clipvalue = property(OptimizerV2.clipvalue.fget, lambda self, value: _refuse_clipping(self, "clipvalue", value))

@@ -545,3 +545,76 @@ def test_multi_optimizer_pair_learning_rate_set_after_tracing_takes_effect():
     first.learning_rate = 0.25
     step()
     np.testing.assert_allclose(kernel.numpy(), start - 1.25, rtol=1e-6)
+
+
+def _routed_multi(model):
+    """Two pairs; the first pair's Adam moves its layer's bias by its own updater, a template SGD."""
+    adam = optimizers.Adam(0.01, updaters={"bias": optimizers.SGD(0.05, momentum=0.9)})
+    return MultiOptimizer([(adam, model.layers[0]), (optimizers.SGD(0.05, momentum=0.9), model.layers[1])])
+
+
+def _routed_rates(model):
+    """The learning-rate variables of the two pairs' optimizers and of the first pair's updater."""
+    first, second = (spec["optimizer"] for spec in model.optimizer.optimizer_specs)
+    return [first.learning_rate, second.learning_rate, first.updater_for(model.layers[0].bias).learning_rate]
+
+
+@pytest.mark.parametrize("restore", ["before_first_step", "after_first_step"])
+def test_checkpoint_keeps_the_learning_rates_set_on_routed_optimizers(restore, tmp_path):
+    """``tf.train.Checkpoint`` keeps the hyperparameter variables of the optimizers a MultiOptimizer
+    routes to (its pairs' and a pair's template updater's), under ``optimizer_specs[<i>]`` and
+    ``updaters[<regex>]``: learning rates set during training are restored, before the first step
+    (deferred) or after it, and training continues bit for bit as without the round trip."""
+    model = _model()
+    model.compile(_routed_multi(model), "mse")
+    model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    for rate, value in zip(_routed_rates(model), (0.5, 0.25, 0.125)):  # as a callback would
+        keras.backend.set_value(rate, value)
+    model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).save(str(tmp_path / "ckpt"))
+    assert {key for key, _ in tf.train.list_variables(path) if key.endswith("learning_rate/.ATTRIBUTES/VARIABLE_VALUE")} == {
+        f"optimizer/{name}/learning_rate/.ATTRIBUTES/VARIABLE_VALUE"
+        for name in ("optimizer_specs[0]", "optimizer_specs[1]", "optimizer_specs[0]/updaters[bias]")}
+
+    restored = _model(seed=1)
+    restored.compile(_routed_multi(restored), "mse")
+    if restore == "after_first_step":
+        restored.fit(X[:8], Y[:8], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    status = tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(path)
+    for copy in (model, restored):
+        copy.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    status.assert_consumed()  # every saved value found its variable (before the first step: when it was created)
+    _assert_same(model, restored)
+    assert [float(r.numpy()) for r in _routed_rates(restored)] == [0.5, 0.25, 0.125]
+
+
+def test_backup_and_restore_resumes_with_the_learning_rate_a_callback_set_on_a_pair(tmp_path):
+    """Interrupted after a callback lowered a pair's learning rate, ``BackupAndRestore`` resumes
+    with the lowered rate: the resumed run equals the uninterrupted one."""
+    class LowerFirstPair(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            rate = self.model.optimizer.optimizer_specs[0]["optimizer"].learning_rate
+            keras.backend.set_value(rate, keras.backend.get_value(rate) * 0.25)
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise RuntimeError("interrupted")
+
+    def fit(model, callbacks):
+        model.fit(X, Y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=callbacks)
+
+    def compiled():
+        model = _model()
+        model.compile(_routed_multi(model), "mse")
+        return model
+
+    uninterrupted = compiled()
+    fit(uninterrupted, [LowerFirstPair()])
+    backup = str(tmp_path / "backup")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit(compiled(), [LowerFirstPair(), keras.callbacks.BackupAndRestore(backup), Interrupt()])
+    resumed = compiled()
+    fit(resumed, [LowerFirstPair(), keras.callbacks.BackupAndRestore(backup)])
+    _assert_same(uninterrupted, resumed)
+    assert [r.numpy() for r in _routed_rates(resumed)] == [r.numpy() for r in _routed_rates(uninterrupted)]

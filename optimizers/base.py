@@ -28,7 +28,7 @@ from optimizers.keras_compat import (
 )
 from optimizers.updaters import undo_unscaling
 
-__all__ = ["OptimizerBase", "after_checks", "check_grads_and_vars", "index_checks"]
+__all__ = ["OptimizerBase", "after_checks", "all_finite", "check_grads_and_vars", "index_checks"]
 
 
 def check_grads_and_vars(grads_and_vars: Any) -> list:
@@ -93,6 +93,13 @@ def index_checks(grads_and_vars: list) -> list:
             inside = tf.reduce_all(tf.cast(indices, unsigned) < bound)
             checks.append(assertion(inside, [message, indices], summarize=20))
     return checks
+
+
+def all_finite(strategy: tf.distribute.Strategy, grads_and_vars: list) -> tf.Tensor:
+    """Whether every gradient of ``grads_and_vars`` holds finite values only, on every replica (in
+    cross-replica context a gradient is a per-replica value: each replica's copy is tested)."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+                          for grad, _ in grads_and_vars for g in strategy.experimental_local_results(grad)])
 
 
 def after_checks(grads_and_vars: list, checks: list) -> list:

@@ -21,7 +21,7 @@ import slots as slots_lib
 from optimizers import compiled
 from optimizers import config as config_lib
 from optimizers import updaters as updaters_lib
-from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
+from optimizers.base import OptimizerBase, all_finite, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_bool, check_number, evaluate
 from optimizers.keras_compat import (
     create_hypers,
@@ -424,9 +424,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         with tf.control_dependencies(checks):
             if not self.skip_non_finite:
                 return self._apply_updates(distribution, grads_and_vars, apply_state, name)
-            # Every replica's copy (under a strategy the gradients are per replica here): one skips, all skip.
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-                                    for pair in grads_and_vars for g in distribution.experimental_local_results(pair[0])])
+            finite = all_finite(distribution, grads_and_vars)  # every replica's copy: one skips, all skip
 
             def apply() -> tf.Tensor:
                 with tf.control_dependencies([self._apply_updates(distribution, grads_and_vars, apply_state, name)]):

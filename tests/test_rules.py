@@ -245,6 +245,36 @@ def test_skip_non_finite_leaves_everything_unchanged_and_counts(mode, wrapped):
     assert optimizers.AdamW.from_config(inner.get_config()).skip_non_finite
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_skip_non_finite_under_mirrored_strategy(mirrored, sparse):
+    """Each replica's gradients are tested (they are per-replica values in the step's cross-replica
+    part): a NaN sent by the second replica alone skips the step on both."""
+    with mirrored.scope():
+        table = tf.Variable(np.ones((3, 2), np.float32))
+        opt = optimizers.AdamW(weight_decay=0.1, learning_rate=0.1, skip_non_finite=True)
+
+    @tf.function
+    def step(bad):
+        def replica_step():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            value = tf.where(tf.logical_and(bad, replica == 1), np.nan, 1.0)
+            values = tf.fill((2, 2), value)
+            grad = (tf.IndexedSlices(values, tf.constant([0, 2]), tf.constant([3, 2])) if sparse
+                    else tf.concat([values, tf.ones((1, 2))], 0))
+            opt.apply_gradients([(grad, table)])
+        mirrored.run(replica_step)
+
+    step(tf.constant(False))
+    before = [v.numpy().copy() for v in [table] + opt.variables()]
+    step(tf.constant(True))
+    after = [v.numpy() for v in [table] + opt.variables()]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    assert int(opt.skipped_steps.numpy()) == 1 and int(opt.iterations.numpy()) == 1
+    step(tf.constant(False))
+    assert int(opt.iterations.numpy()) == 2 and int(opt.skipped_steps.numpy()) == 1
+    assert np.isfinite(table.numpy()).all()
+
+
 def test_routed_optimizer_hyperparameters_set_later_take_effect_in_tf_function():
     b = tf.Variable([0.0], name="b")
     rule = SGD(1.0)

@@ -16,7 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import compiled
-from optimizers.base import after_checks, check_grads_and_vars, index_checks
+from optimizers.base import after_checks, all_finite, check_grads_and_vars, index_checks
 from optimizers.keras_compat import (
     aggregate_gradients,
     aggregates_in_apply_only,
@@ -86,6 +86,14 @@ class GradientAccumulation(OptimizerWrapper):
     its learning-rate schedules) counts the steps taken, not the calls;
     ``accumulated_steps`` (a checkpointed variable) counts the calls of the
     current window. Gradients are combined across replicas at every call.
+
+    When the optimizer it wraps (at any depth of wrapping) has
+    ``skip_non_finite=True``, a call whose gradients are not all finite is
+    skipped: the accumulators, ``accumulated_steps``, the weights, the slots
+    and ``iterations`` stay as they were, and that optimizer's
+    ``skipped_steps`` counts the call, one per skipped call, as it counts a
+    skipped step. The window goes on with the next calls, so its good
+    micro-batches are kept.
 
     Variables with a variable updater combine their micro-batch values the way
     the updater combines replicas: ``OverwriteWithGradient()`` takes their
@@ -185,7 +193,24 @@ class GradientAccumulation(OptimizerWrapper):
         return "sum" if rule is None else rule.reduction
 
     def _accumulate_and_step(self, strategy: tf.distribute.Strategy, pairs: list, name: Any, kwargs: dict) -> Any:
-        """In cross-replica context (where a branch may hold the inner step's synchronization)."""
+        """In cross-replica context (where a branch may hold the inner step's synchronization). With an
+        inner optimizer that skips non-finite steps, a call whose gradients are not all finite is skipped
+        and counted in its ``skipped_steps``."""
+        if not getattr(self._optimizer, "skip_non_finite", False):  # at any depth, through the wrappers
+            return self._accumulate_then_step(strategy, pairs, name, kwargs)
+
+        def proceed() -> tf.Tensor:
+            with tf.control_dependencies([self._accumulate_then_step(strategy, pairs, name, kwargs)]):
+                return tf.constant(True)
+
+        def skip() -> tf.Tensor:
+            with tf.control_dependencies([self._optimizer.skipped_steps.assign_add(1, read_value=False)]):
+                return tf.constant(False)
+
+        return tf.group(tf.cond(all_finite(strategy, pairs), proceed, skip))
+
+    def _accumulate_then_step(self, strategy: tf.distribute.Strategy, pairs: list, name: Any, kwargs: dict) -> Any:
+        """Add the gradients to the accumulators; at a window's end, the inner step."""
         held = _Held([v for _, v in pairs], name, kwargs)
         count = self.accumulated_steps.read_value()
         first, step_now = tf.equal(count, 0.0), count + 1.0 >= self.accumulation_steps

@@ -396,6 +396,57 @@ def test_accumulation_counts_and_schedules_read_applied_steps():
     assert int(opt.iterations.numpy()) == 2
 
 
+def _skipping_run(calls, mode, strategy, sparse, nested, skip=True):
+    """``GradientAccumulation(SGD(skip_non_finite=skip), 2)`` (around a MovingAverage around it if
+    ``nested``), one call per gradient of ``calls``: the state after each call (the weights, then the
+    optimizer's variables but ``skipped_steps``), and ``skipped_steps``."""
+    with strategy.scope():
+        table = tf.Variable(np.arange(8, dtype=np.float32).reshape(4, 2))
+        inner = optimizers.SGD(0.25, momentum=0.5, skip_non_finite=skip)
+        opt = GradientAccumulation(optimizers.MovingAverage(inner, average_decay=0.5) if nested else inner, 2)
+
+    def call(values):  # rows 0, 2, 0 (sparse: row 0 repeated) or a dense (4, 2) gradient
+        grad = (tf.IndexedSlices(values[:3], tf.constant([0, 2, 0]), tf.constant([4, 2])) if sparse else values)
+        opt.apply_gradients([(grad, table)])
+
+    def step(values):
+        strategy.run(call, args=(values,))
+
+    step = tf.function(step) if mode == "function" else step
+    states = []
+    for values in calls:  # each replica's gradient (eagerly, Keras' all-reduce needs one per replica device)
+        step(strategy.experimental_distribute_values_from_function(lambda _, v=values: tf.constant(v, tf.float32)))
+        states.append([v.numpy().copy() for v in [table] + opt.variables() if "skipped_steps" not in v.name])
+    return states, int(inner.skipped_steps.numpy()) if skip else None
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("strategy", ["none", "mirrored"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("nested", [False, True], ids=["sgd", "moving_average"])
+def test_accumulation_skips_a_non_finite_call_when_the_inner_optimizer_skips(nested, sparse, strategy, mode, request):
+    """good, NaN, good, good: the NaN call changes nothing (the accumulators and accumulated_steps
+    included) and counts one skipped step; then the run equals good, good, good bit for bit (the
+    window keeps its first micro-batch), and good, good, good without skip_non_finite."""
+    strategy = request.getfixturevalue("mirrored") if strategy == "mirrored" else tf.distribute.get_strategy()
+    rng = np.random.RandomState(3)
+    good = [rng.randn(4, 2) for _ in range(3)]
+    bad = good[1].copy()
+    bad[0, 1], bad[1, 0] = np.nan, np.inf
+    with_bad, skips = _skipping_run([good[0], bad, good[1], good[2]], mode, strategy, sparse, nested)
+    plain, plain_skips = _skipping_run(good, mode, strategy, sparse, nested)
+    unchecked, _ = _skipping_run(good, mode, strategy, sparse, nested, skip=False)
+    assert (skips, plain_skips) == (1, 0)
+    assert len(with_bad[0]) == len(with_bad[1])
+    for before, after in zip(with_bad[0], with_bad[1]):
+        np.testing.assert_array_equal(after, before)
+    for got, want in zip(with_bad[:1] + with_bad[2:] + plain, plain + unchecked):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    assert [float(state[2]) for state in plain] == [1.0, 0.0, 1.0]  # accumulated_steps: one step taken
+
+
 # -------------------------------------------------------------------------------------- SWA, callback
 def test_swa_averages_float64_and_float16_variables():
     """TFA's SWA mixes a float32 count into the average and raises on these dtypes (pinned live in

@@ -123,7 +123,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             ``None``) and set before the first step, with the same effect.
         scale_weight_decay_by_lr: Decay by ``lr * weight_decay`` (Keras 3,
             PyTorch, optax) instead of ``weight_decay`` alone (TensorFlow
-            Addons). Defaults to ``False``.
+            Addons). Also an attribute, read and set before the first step.
+            Defaults to ``False``.
         skip_non_finite: Skip a step whose gradients hold a NaN or an Inf:
             nothing changes, ``iterations`` included, and :attr:`skipped_steps`
             counts it. Costs one pass over every gradient per step. Defaults to
@@ -160,6 +161,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     #: position): ``"slot"`` (every variable's ``m``, then every ``v``: Keras 2's built-ins) or
     #: ``"variable"`` (all slots of one variable, then the next).
     slot_order: str = "slot"
+    #: The rule multiplies its weight decay by the learning rate itself (LAMB, NovoGrad,
+    #: RectifiedAdam): ``scale_weight_decay_by_lr=True`` is refused.
+    decay_scaled_by_rule: bool = False
     #: Keep Keras 2's ``decay`` hyperparameter variable (the legacy learning-rate decay) in
     #: checkpoints, as Keras 2's built-ins do; ``False`` for optimizers whose checkpoints have none.
     decay_variable: bool = True
@@ -180,6 +184,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
         check_bool("jit_compile", jit_compile)
         check_bool("skip_non_finite", skip_non_finite)
+        self._check_scale_weight_decay_by_lr(scale_weight_decay_by_lr)
         if self.slot_order not in ("slot", "variable"):
             raise ValueError(f"`slot_order` of {cls_name} must be 'slot' or 'variable'. "
                              f"Received: slot_order={self.slot_order!r}")
@@ -216,6 +221,30 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
 
     exclude_from_weight_decay = exclude_attribute("_weight_decay")
+
+    @property
+    def scale_weight_decay_by_lr(self) -> bool:
+        """Whether the weight decay is multiplied by the learning rate (``False`` without weight
+        decay). Set it before the first step; after, only to the same value."""
+        decay = self.__dict__.get("_weight_decay")
+        return False if decay is None else decay.scale_by_lr
+
+    @scale_weight_decay_by_lr.setter
+    def scale_weight_decay_by_lr(self, value: bool) -> None:
+        self._check_scale_weight_decay_by_lr(value)
+        decay = self.__dict__.get("_weight_decay")
+        if decay is not None:
+            decay.set_scale_by_lr(value, type(self).__name__)
+        elif value:
+            raise ValueError(f"`scale_weight_decay_by_lr` cannot be set on {type(self).__name__}, built without "
+                             "weight decay (its step has none to scale): give `weight_decay` to the constructor. "
+                             f"Received: scale_weight_decay_by_lr={value!r}")
+
+    def _check_scale_weight_decay_by_lr(self, value: Any) -> None:
+        check_bool("scale_weight_decay_by_lr", value)
+        if value and self.decay_scaled_by_rule:
+            raise ValueError(f"{type(self).__name__}'s rule multiplies its weight decay by the learning rate "
+                             f"already. Received: scale_weight_decay_by_lr={value!r}")
 
     # -------------------------------------------------------- hyperparameters
     def __setattr__(self, name: str, value: Any) -> None:

@@ -131,7 +131,7 @@ class DecoupledWeightDecay:
                             f"scale_weight_decay_by_lr={scale_by_lr!r}")
         self.exclude = VariableMask(patterns, "exclude_from_weight_decay")
         self.scale_by_lr = scale_by_lr
-        self._decided = False  # whether a step was built with ``exclude``
+        self._decided = False  # whether a step was built with this policy (``exclude``, ``scale_by_lr``)
 
     @property
     def exclude_from_weight_decay(self) -> tuple[str, ...] | None:
@@ -146,6 +146,13 @@ class DecoupledWeightDecay:
             raise option_change_error(owner, "exclude_from_weight_decay", self.exclude_from_weight_decay, value)
         self.exclude = VariableMask(patterns, "exclude_from_weight_decay")
 
+    def set_scale_by_lr(self, value: bool, owner: str) -> None:
+        """Scale by the learning rate or not (``value``, a checked bool) instead, unless a step of
+        ``owner`` (a class name) was built the other way."""
+        if self._decided and value != self.scale_by_lr:
+            raise option_change_error(owner, "scale_weight_decay_by_lr", self.scale_by_lr, value)
+        self.scale_by_lr = value
+
     def applies_to(self, var: tf.Variable, decay_var_list: VariableMask | None = None) -> bool:
         """Whether ``var`` is decayed (``decay_var_list``, when given, decides alone)."""
         self._decided = True
@@ -155,6 +162,7 @@ class DecoupledWeightDecay:
 
     def prepare(self, coefficients: dict[str, Any]) -> None:
         """Add ``"weight_decay_factor"``, what multiplies the variable, to ``coefficients``."""
+        self._decided = True
         factor = coefficients["weight_decay"]
         if self.scale_by_lr:
             factor = factor * coefficients["learning_rate"]

@@ -199,6 +199,67 @@ def test_bad_exclude_from_weight_decay_assignment_is_refused(value, error, messa
         optimizers.Adam().exclude_from_weight_decay = ["bias"]
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("kind", [AdamW, SGDW], ids=lambda k: k.__name__)
+def test_scale_weight_decay_by_lr_set_before_the_first_step_acts_as_the_argument(kind, mode):
+    """Set after construction, it is what the step, get_config and from_config use (it was ignored)."""
+    case = "adamw_lr_scaled" if kind is AdamW else "sgdw_lr_scaled"
+    kwargs = CASES[case][1]
+    kernel_grads, bias_grads = gradients(False, tf.float32)
+    optimizer = kind(**{k: v for k, v in kwargs.items() if k != "scale_weight_decay_by_lr"})
+    assert optimizer.scale_weight_decay_by_lr is False
+    optimizer.scale_weight_decay_by_lr = True
+    assert optimizer.scale_weight_decay_by_lr is True
+    config = optimizer.get_config()
+    assert config["scale_weight_decay_by_lr"] is True
+    expected = numpy_trajectory(kind, kwargs, kernel_grads, bias_grads, tf.float32)
+    for opt in (optimizer, kind.from_config(config)):
+        ours = trajectory(opt, zip(kernel_grads, bias_grads), make_variables(tf.float32), mode)
+        assert_trajectories(ours, expected, tf.float32, "numpy, decay scaled by the learning rate")
+
+
+def test_scale_weight_decay_by_lr_is_fixed_once_a_step_is_built():
+    optimizer = AdamW(0.5, learning_rate=0.1)
+    var = tf.Variable([1.0])
+    optimizer.apply_gradients([(tf.constant([0.0]), var)])
+    optimizer.scale_weight_decay_by_lr = False  # the same value: accepted
+    with pytest.raises(ValueError, match=r"`scale_weight_decay_by_lr` cannot change once AdamW has taken a step "
+                                         r"\(the step is already built with scale_weight_decay_by_lr=False\)"
+                                         r".*Received: scale_weight_decay_by_lr=True"):
+        optimizer.scale_weight_decay_by_lr = True
+    assert optimizer.get_config()["scale_weight_decay_by_lr"] is False
+
+
+@pytest.mark.parametrize("make, value, error, message", [
+    (lambda: AdamW(0.5), 1, TypeError, r"`scale_weight_decay_by_lr` must be a bool. Received: "
+                                       r"scale_weight_decay_by_lr=1"),
+    (lambda: optimizers.Adam(), True, ValueError, r"cannot be set on Adam, built without weight decay.*"
+                                                  r"Received: scale_weight_decay_by_lr=True"),
+    (lambda: optimizers.LAMB(), True, ValueError, r"LAMB's rule multiplies its weight decay by the learning rate "
+                                                  r"already. Received: scale_weight_decay_by_lr=True"),
+    (lambda: optimizers.RectifiedAdam(weight_decay=0.1), True, ValueError,
+     r"RectifiedAdam's rule multiplies.*Received: scale_weight_decay_by_lr=True"),
+])
+def test_bad_scale_weight_decay_by_lr_assignment_is_refused(make, value, error, message):
+    optimizer = make()
+    before = optimizer.get_config()
+    with pytest.raises(error, match=message):
+        optimizer.scale_weight_decay_by_lr = value
+    assert optimizer.get_config() == before
+    wrapped = optimizers.MovingAverage(make())  # through a wrapper: the inner optimizer's check
+    with pytest.raises(error, match=message):
+        wrapped.scale_weight_decay_by_lr = value
+
+
+def test_scale_weight_decay_by_lr_set_through_a_wrapper_reaches_the_inner_optimizer():
+    wrapped = optimizers.MovingAverage(AdamW(0.5, learning_rate=0.1))
+    wrapped.scale_weight_decay_by_lr = True
+    assert wrapped.inner_optimizer.get_config()["scale_weight_decay_by_lr"] is True
+    var = tf.Variable([1.0])
+    wrapped.apply_gradients([(tf.constant([0.0]), var)])
+    np.testing.assert_allclose(var.numpy(), [1.0 - _f32(0.5) * _f32(0.1)], rtol=1e-6)
+
+
 def test_minimize_with_tape_honours_decay_var_list():
     kwargs = CASES["sgdw_momentum"][1]
     kernel_grads, bias_grads = gradients(False, tf.float32)

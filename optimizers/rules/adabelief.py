@@ -71,6 +71,7 @@ class AdaBelief(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"
+    decay_scaled_by_rule = True  # the learning rate multiplies the whole update
     _config_value = config_value
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-14,

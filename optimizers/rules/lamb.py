@@ -81,6 +81,7 @@ class LAMB(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"  # the decay is part of the direction the trust ratio rescales
+    decay_scaled_by_rule = True  # the learning rate multiplies the whole update
     whole_variable = True  # norms of the whole variable: a shard of a sharded one is refused
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-6,
@@ -91,9 +92,6 @@ class LAMB(CustomOptimizerV2):
             warnings.warn("`weight_decay_rate` is deprecated (TFA renamed it), use `weight_decay` instead.",
                           DeprecationWarning, stacklevel=2)
             weight_decay = kwargs.pop("weight_decay_rate")
-        if kwargs.get("scale_weight_decay_by_lr"):
-            raise ValueError("LAMB multiplies its whole update, decay included, by the learning rate. Received: "
-                             f"scale_weight_decay_by_lr={kwargs['scale_weight_decay_by_lr']!r}")
         check_constant("epsilon", epsilon, low=0.0)
         check_number("weight_decay", weight_decay, low=0.0)  # None too: LAMB always has a decay
         check_patterns("exclude_from_weight_decay", exclude_from_weight_decay)

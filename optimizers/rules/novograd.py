@@ -82,14 +82,12 @@ class NovoGrad(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"  # the decay joins the normalized gradient
+    decay_scaled_by_rule = True  # the learning rate multiplies the whole update
     whole_variable = True  # norms of the whole variable: a shard of a sharded one is refused
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  weight_decay: Any = 0.0, grad_averaging: bool = False, amsgrad: bool = False,
                  name: str = "NovoGrad", **kwargs: Any) -> None:
-        if kwargs.get("scale_weight_decay_by_lr"):
-            raise ValueError("NovoGrad multiplies its whole update, decay included, by the learning rate. "
-                             f"Received: scale_weight_decay_by_lr={kwargs['scale_weight_decay_by_lr']!r}")
         check_constant("epsilon", epsilon, low=0.0)
         check_number("weight_decay", weight_decay, low=0.0)
         grad_averaging, amsgrad = _as_bool("grad_averaging", grad_averaging), _as_bool("amsgrad", amsgrad)

@@ -39,9 +39,6 @@ def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rat
     if isinstance(total_steps, bool) or not isinstance(total_steps, Real) or total_steps < 0 or (
             not float(total_steps).is_integer()):
         raise ValueError(f"`total_steps` must be an integer >= 0. Received: total_steps={total_steps!r}")
-    if kwargs.get("scale_weight_decay_by_lr"):
-        raise ValueError(f"{type(opt).__name__}'s weight decay is multiplied by the learning rate already. "
-                         f"Received: scale_weight_decay_by_lr={kwargs['scale_weight_decay_by_lr']!r}")
     CustomOptimizerV2.__init__(opt, name, weight_decay=weight_decay, **kwargs)
     opt.add_hyperparameter("learning_rate", learning_rate, low=0.0)
     opt.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
@@ -123,6 +120,7 @@ class RectifiedAdam(CustomOptimizerV2):
     """
 
     weight_decay_placement = "inside"
+    decay_scaled_by_rule = True  # the learning rate multiplies the whole update
     _config_value = config_value
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,

@@ -313,7 +313,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         since its construction) with this optimizer's state (its slots are this optimizer's already).
         A variable updater keeps no variables."""
         for name, rule in rules.items():
-            if isinstance(rule, CustomOptimizerV2):
+            if isinstance(rule, CustomOptimizerV2) and rule is not self:
                 track(self, rule, name)
 
     @property
@@ -406,11 +406,15 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             for name in names:
                 for var in own:
                     slots_lib.create_slots(self, var, [s for s in self._specs_of(self, var) if s.name == name])
+        routed = False
         for var in var_list:
             rule = self._rule_of(var)
             if rule is not self:
+                routed = True
                 slots_lib.create_slots(self, var, self._specs_of(rule, var), prefix=self._prefix(rule))
         slotted.update(keys[id(v)] for v in var_list)
+        if routed:  # an optimizer attached to a variable (set_updater) is kept as its config keeps it
+            self._checkpoint_routed({f"updaters[{key}]": rule for key, rule in self._routing.saved_patterns().items()})
 
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
         apply_state[(var_device, var_dtype)].update(self.step_coefficients(var_dtype, self.iterations))

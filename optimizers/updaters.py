@@ -21,6 +21,7 @@ hyperparameters (schedules too) are evaluated at the optimizer's step.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -285,6 +286,7 @@ class Routing:
         self._exact: dict[str, UpdateRule] = {}  # a variable key's rule under its variable's exact-name regex
         self._names = VariableMask()
         self._resolved: dict[int, tuple] = {}  # id(var) -> (var, set_updater count, its rule)
+        self._warned: set[str] = set()  # variable names whose own rule a config leaves out, warned about
         if updaters is None:
             return
         if isinstance(updaters, Mapping):
@@ -364,6 +366,12 @@ class Routing:
                 clashes.add(name)
             outcomes.setdefault(name, {})[id(own)] = own
         clashes.update(name for name, rules in outcomes.items() if len(rules) > 1)
+        for name in sorted(clashes - self._warned):
+            self._warned.add(name)
+            warnings.warn(f"The rule given to the variable object {name!r} (a `var.ref()` key, set_updater or "
+                          "overwrite_with_gradient) is not kept by the optimizer's config, nor by a saved model: a "
+                          "regex of `updaters=` or another variable of the same name routes that name elsewhere. "
+                          "Give the variable a unique name, or route it by a regex.", stacklevel=3)
         exact = {name: rule for name, rules in outcomes.items() if name not in clashes
                  for rule in rules.values() if rule is not None}
         saved = dict(self.patterns)

@@ -293,9 +293,13 @@ def test_an_own_updater_whose_name_a_regex_routes_elsewhere_is_left_out_of_the_c
     model = _hidden_bias_model()
     bias = model.get_layer("hidden").bias
     opt = SGD(0.1, updaters={bias.ref(): Adam(0.05), "bias": optimizers.Frozen()})  # the variable key wins
-    opt.apply_gradients([(tf.ones_like(v), v) for v in model.trainable_variables])
+    with pytest.warns(UserWarning, match=r"The rule given to the variable object 'hidden/bias:0' .* is not kept by "
+                                         r"the optimizer's config, nor by a saved model"):
+        opt.apply_gradients([(tf.ones_like(v), v) for v in model.trainable_variables])  # said at the first step
     assert isinstance(opt.updater_for(bias), Adam)
-    assert list(opt.get_config()["updaters"]) == ["bias"]  # "^hidden/bias:0$" would clash with it on load
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        assert list(opt.get_config()["updaters"]) == ["bias"]  # "^hidden/bias:0$" would clash with it on load
 
 
 def test_an_optimizer_as_updater_routes_by_its_own_updaters_as_alone():
@@ -325,6 +329,42 @@ def test_an_updaters_regex_that_matches_no_variable_of_the_first_step_is_warned_
         warnings.simplefilter("error")  # once only
         opt.apply_gradients([(tf.ones([1]), kernel), (tf.ones([1]), bias)])
     assert bias.numpy().tolist() == [1.0] and kernel.numpy().tolist() == [np.float32(1.0) - np.float32(0.1) - np.float32(0.1)]
+
+
+@pytest.mark.parametrize("restore", ["before_first_step", "after_first_step"])
+def test_an_optimizer_given_with_set_updater_is_checkpointed_under_the_regex_its_config_keeps(tmp_path, restore):
+    """``set_updater(var, Adam(...))``: the host checkpoints the Adam under ``updaters[<exact name>]``
+    from its first step on (it kept only the Adam's slots: a learning rate set during training came back
+    at its constructor value), and a host built from the config finds it there."""
+    model = _hidden_bias_model()
+    bias = model.get_layer("hidden").bias
+    optimizers.set_updater(bias, Adam(0.05))
+    try:
+        opt = SGD(0.1)
+        opt.apply_gradients([(tf.ones_like(v), v) for v in model.trainable_variables])
+        keras.backend.set_value(opt.updater_for(bias).learning_rate, 0.5)
+        opt.apply_gradients([(tf.ones_like(v), v) for v in model.trainable_variables])
+        path = tf.train.Checkpoint(model=model, optimizer=opt).save(str(tmp_path / "ckpt"))
+        assert "optimizer/updaters[^hidden.Sbias:0$]/learning_rate/.ATTRIBUTES/VARIABLE_VALUE" in [
+            key for key, _ in tf.train.list_variables(path)]
+        slots = {name: opt.get_slot(bias, name).numpy() for name in opt.get_slot_names() if "Adam" in name}
+        config = opt.get_config()
+    finally:
+        optimizers.set_updater(bias, None)
+    again_model = _hidden_bias_model()
+    again_bias = again_model.get_layer("hidden").bias
+    again = SGD.from_config(config)  # the Adam routed by the variable's exact name
+    checkpoint = tf.train.Checkpoint(model=again_model, optimizer=again)
+    if restore == "before_first_step":
+        checkpoint.restore(path)
+        again._create_all_weights(again_model.trainable_variables)
+    else:
+        again._create_all_weights(again_model.trainable_variables)
+        checkpoint.restore(path)
+    assert float(again.updater_for(again_bias).learning_rate.numpy()) == 0.5
+    assert int(again.iterations.numpy()) == 2
+    for name, value in slots.items():
+        np.testing.assert_array_equal(again.get_slot(again_bias, name).numpy(), value)
 
 
 def test_a_routed_optimizer_is_checkpointed_under_the_regex_its_config_keeps(tmp_path):

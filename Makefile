@@ -29,6 +29,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q $(DEFAULT_STACK)
 	$(VENV)/bin/pip install -q -e ".[test,docs,examples]"
+	$(PY) -m optimizers.kernels || echo "AdamW's fused kernel did not build: its steps use TensorFlow's kernels"
 	touch $@
 
 $(VENV_TFA)/.installed: setup.cfg pyproject.toml
@@ -37,6 +38,7 @@ $(VENV_TFA)/.installed: setup.cfg pyproject.toml
 	$(VENV_TFA)/bin/pip install -q $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py \
 		scikit-learn matplotlib nbclient nbformat ipykernel
 	$(VENV_TFA)/bin/pip install -q --no-deps -e .
+	$(PY_TFA) -m optimizers.kernels || echo "AdamW's fused kernel did not build: its steps use TensorFlow's kernels"
 	touch $@
 
 venv: $(VENV)/.installed

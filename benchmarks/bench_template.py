@@ -8,11 +8,13 @@ compiled pass per variable against one C++ kernel per variable), 1.3 on 64
 variables of 125k.
 
 Where AdamW's decay goes (printed without a goal; ``CustomOptimizerV2._dense_kernel``
-chooses from these): on 8 variables of 1M, the decay fused into each variable's
-compiled step (the default) against the decay as an op of its own before the fused
-kernel (``jit_compile=False``); on 2000 small variables in a ``tf.function``, the
-decay op then the kernel (the default) against compiled chunks of decay and rule
-(the kernel turned off). The eager case times
+chooses from these): on 8 variables of 1M, the decay and Adam in one fused kernel
+(the default, ``optimizers.kernels``) against the decay as an op of its own before
+TensorFlow's Adam kernel (``benchmarks.common.without_fused_decay``, with
+``jit_compile=False``) and against the decay fused into each variable's compiled
+step (``without_fused_decay``: what a build without the kernel runs); on 2000 small
+variables in a ``tf.function``, the fused kernel against the decay op then the
+kernel, and against compiled chunks of decay and rule (the kernel turned off). The eager case times
 ``apply_gradients`` called eagerly on 2000 small variables (1000 kernels of
 16x16, 1000 biases of 16; AdamW with the biases excluded from decay), where the
 per-step Python work of the template (rule and decay lookups, compiled-call
@@ -22,7 +24,7 @@ dispatch) shows: printed against the built-in, no goal.
 import statistics
 import time
 
-from benchmarks.common import Case, compare, dense_problem, without_kernel
+from benchmarks.common import Case, compare, dense_problem, without_fused_decay, without_kernel
 from optimizers import Adam, AdamW, keras
 
 
@@ -76,12 +78,16 @@ def cases() -> list[Case]:
                              lambda: keras.optimizers.legacy.Adam(1e-3))),
         Case("template AdamW eager step / fused Adam, 2000 small variables", "tf_keras legacy Adam", float("inf"),
              eager_many_variables),
-        Case("AdamW decay fused in its compiled step / decay op + fused kernel, 8M f32",
-             "AdamW(jit_compile=False)", float("inf"),
-             lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: AdamW(1e-4, 1e-3, jit_compile=False))),
-        Case("AdamW decay op + fused kernel / fused Adam, 2000 small variables", "tf_keras legacy Adam",
+        Case("AdamW fused decay kernel / decay op + Adam kernel, 8M f32", "AdamW, decay op", float("inf"),
+             lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: without_fused_decay(AdamW)(1e-4, 1e-3, jit_compile=False))),
+        Case("AdamW fused decay kernel / decay in the XLA step, 8M f32", "AdamW, compiled step", float("inf"),
+             lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: without_fused_decay(AdamW)(1e-4, 1e-3))),
+        Case("AdamW fused decay kernel / fused Adam, 2000 small variables", "tf_keras legacy Adam",
              float("inf"), lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
                                            problem=_small_problem)),
+        Case("AdamW decay op + Adam kernel / fused Adam, 2000 small variables", "tf_keras legacy Adam",
+             float("inf"), lambda: compare(lambda: without_fused_decay(AdamW)(1e-4, 1e-3),
+                                           lambda: keras.optimizers.legacy.Adam(1e-3), problem=_small_problem)),
         Case("AdamW compiled chunks / fused Adam, 2000 small variables", "tf_keras legacy Adam", float("inf"),
              lambda: compare(lambda: without_kernel(AdamW)(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
                              problem=_small_problem)),

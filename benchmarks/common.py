@@ -101,6 +101,19 @@ def without_kernel(cls):
     return WithoutKernel
 
 
+def without_fused_decay(cls):
+    """``cls`` (``optimizers.AdamW``...) without its decay-and-kernel fused kernel
+    (``UpdateRule.decayed_dense_kernel``): a decayed variable then takes the decay op before the
+    kernel, or, compiled alone, the decay fused into its compiled step."""
+
+    class WithoutFusedDecay(cls):
+        def decayed_dense_kernel(self, var, options):
+            return None
+
+    WithoutFusedDecay.__name__ = cls.__name__
+    return WithoutFusedDecay
+
+
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime

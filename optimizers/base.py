@@ -9,6 +9,7 @@ is given, keeps slots indexed for the ``.keras``/SavedModel state
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -122,8 +123,16 @@ class OptimizerBase(OptimizerV2):
     """Registration, slot index and state saving, config from the signature."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Register every subclass, so ``load_model`` needs no ``custom_objects``."""
+        """Register every subclass, so ``load_model`` needs no ``custom_objects``. Its constructor
+        may not take ``lr`` or ``decay``: OptimizerV2 reads both itself (``lr`` as ``learning_rate``),
+        and the value would be lost from ``get_config``."""
         super().__init_subclass__(**kwargs)
+        taken = [p for p in ("lr", "decay") if p in config_lib.signature_parameters(cls)]
+        if taken:
+            raise TypeError(f"{cls.__name__}.__init__ must not take an argument named `{taken[0]}`: OptimizerV2 "
+                            f"reads `lr` as `learning_rate` and keeps its own `decay` (a learning-rate time "
+                            f"decay), so get_config would lose its value. Name it otherwise. Received: "
+                            f"__init__{inspect.signature(cls.__init__)}")
         config_lib.register(cls)
 
     def add_slot(self, var: tf.Variable, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:
@@ -138,7 +147,7 @@ class OptimizerBase(OptimizerV2):
                                  f"not belong to this model. Received: a slot of shape {list(np.shape(loaded))}")
             initializer = lambda shape, dtype: tf.constant(loaded, dtype)  # noqa: E731
         slot = super().add_slot(var, slot_name, initializer, shape)
-        saving.slot_index(self)[(var.name, slot_name)] = (var, slot)
+        saving.slot_index(self)[(saving.saved_name(self, var), slot_name)] = (var, slot)
         return slot
 
     @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost

@@ -162,6 +162,10 @@ class Hyperparameters:
     change could not take effect.
     """
 
+    #: Names a base class gives a meaning of its own (a coefficient it sets, an argument it
+    #: keeps), with that meaning: no hyperparameter, and no variable option, may take them.
+    reserved_names: dict[str, str] = {"step": 'coefficients["step"] is the 1-based step number'}
+
     def add_hyperparameter(self, name: str, value: Any, *, low: float | None = None, high: float | None = None,
                            low_inclusive: bool = True, high_inclusive: bool = True) -> None:
         """Declare hyperparameter ``name`` (call in ``__init__``).
@@ -171,6 +175,9 @@ class Hyperparameters:
         against ``[low, high]`` now and whenever the attribute is set;
         schedules, callables and variables at each step.
         """
+        if name in self.reserved_names:
+            raise ValueError(f"Hyperparameter name {name!r} is taken: {self.reserved_names[name]}. Name it "
+                             f"otherwise. Received: {name}={value!r}")
         if name in self.__dict__.get("_hyper_bounds", {}):
             raise ValueError(f"Hyperparameter {name!r} is already declared: declare each one once (to change its "
                              f"value, set the attribute). Received: {name}={value!r}")

@@ -129,6 +129,13 @@ def on_this_device(value: Any) -> Any:
     return value
 
 
+def in_xla_context() -> bool:
+    """Whether ops built now are compiled by XLA (inside ``tf.function(jit_compile=True)``)."""
+    from tensorflow.python.ops import control_flow_util
+
+    return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def is_plain_resource_variable(var: Any) -> bool:
     """A ``ResourceVariable`` itself (not a distributed, sharded or mirrored wrapper)."""
     return type(var).__name__ == "ResourceVariable"

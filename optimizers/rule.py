@@ -17,13 +17,33 @@ import tensorflow as tf
 from optimizers.hyperparameters import Hyperparameters
 from slots import SlotSpec
 
-__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "kernel_if_unchanged", "sum_of_squares"]
+__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "call_hook", "kernel_if_unchanged", "sum_of_squares"]
 
 #: How a rule's gradients are combined across replicas.
 REDUCTIONS = ("sum", "mean", "max", "none")
 
 #: The dtypes TensorFlow's fused optimizer kernels (``tf.raw_ops.ResourceApply*``) take on every device.
 KERNEL_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+
+def call_hook(rule: Any, hook: str, *args: Any) -> Any:
+    """``rule.<hook>(*args)``, a step hook whose last two arguments are ``slots`` and
+    ``coefficients`` (``update_dense``, ``update_sparse``, ``after_step``). A hook that returns
+    nothing gets a no-op (its assignments run anyway, in order: eagerly, and by ``tf.function``'s
+    automatic control dependencies); a ``KeyError`` for a name that is neither a slot nor a
+    coefficient says which ones there are."""
+    slots, coefficients = args[-2], args[-1]
+    try:
+        update = getattr(rule, hook)(*args)
+    except KeyError as error:
+        key = error.args[0] if len(error.args) == 1 else None
+        if isinstance(key, str) and key not in slots and key not in coefficients:
+            raise KeyError(f"{type(rule).__name__}.{hook} read {key!r}, which is neither a slot (this variable's: "
+                           f"{sorted(slots)}, declared by slot_specs(var)) nor a coefficient ({sorted(coefficients)}: "
+                           f"the hyperparameters, 'step', prepare's values and variable_options). Received: "
+                           f"{key!r}") from error
+        raise
+    return tf.no_op() if update is None else update
 
 
 def kernel_if_unchanged(rule: Any, owner: type, hooks: Sequence[str], var: tf.Variable,
@@ -147,6 +167,13 @@ class UpdateRule(Hyperparameters):
         kernel). Defaults to none."""
         return None
 
+    def decayed_dense_kernel(self, var: tf.Variable, options: Mapping[str, Hashable]) -> Callable | None:
+        """The dense step of a variable weight-decayed before this rule (``weight_decay_placement =
+        "before"``), decay included, as one fused kernel called as :meth:`dense_kernel`'s (the
+        decay factor is ``coefficients["weight_decay_factor"]``). Defaults to none: the template
+        then runs the decay as an op of its own, then :meth:`dense_kernel`."""
+        return None
+
     @property
     def rule_name(self) -> str:
         """Prefix (``"<rule_name>/"``) of this rule's slots when it is a variable's updater."""
@@ -171,9 +198,9 @@ class UpdateRule(Hyperparameters):
 
     def apply_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
         """The whole dense step of this rule for one variable (the template adds weight decay)."""
-        return self.update_dense(grad, var, slots, coefficients)
+        return call_hook(self, "update_dense", grad, var, slots, coefficients)
 
     def apply_sparse(self, grad: tf.Tensor, var: tf.Variable, indices: tf.Tensor, slots: dict,
                      coefficients: dict) -> Any:
         """The whole sparse step of this rule for one variable."""
-        return self.update_sparse(grad, var, indices, slots, coefficients)
+        return call_hook(self, "update_sparse", grad, var, indices, slots, coefficients)

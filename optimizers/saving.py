@@ -16,7 +16,10 @@ For :class:`~optimizers.CustomOptimizerV2` this module closes both gaps
 at the end of this module):
 
 * ``.keras``: the optimizer counts as a Keras trackable and writes its state
-  into the store, each slot keyed by (variable name, slot name).
+  into the store, each slot keyed by (variable name, slot name); a name two
+  variables share (layers of the same name in nested models) is told apart by
+  the order in which its variables first get slots (the second is
+  ``"<name>#1"``, see :func:`saved_name`), the model's order on both sides.
   ``iterations`` and hyperparameters are restored when the file is loaded;
   slots do not exist yet then (legacy optimizers create them on the first
   step), so their values wait on the optimizer and become the slots' initial
@@ -68,18 +71,34 @@ from optimizers.keras_compat import (
     is_loss_scale_optimizer,
     loss_scale_variables,
     restored_child,
+    variable_key,
 )
 
 __all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "has_loaded_slot", "record_restored_slot",
-           "restore_inner_slots", "slot_index", "link_restored_optimizer"]
+           "restore_inner_slots", "saved_name", "slot_index", "link_restored_optimizer"]
 
 _NAMES = "names"  # JSON list of entries, stored as bytes; values are stored under "0", "1", ...
 _RESTORED_ATTR = "_custom_optimizer_v2_restored_slots"
 
 
 def slot_index(optimizer: Any) -> dict:
-    """``{(variable name, slot name): (variable, slot variable)}``, filled by ``add_slot``."""
+    """``{(saved name, slot name): (variable, slot variable)}``, filled by ``add_slot``."""
     return optimizer.__dict__.setdefault("_slots_by_name", {})
+
+
+def saved_name(optimizer: Any, var: tf.Variable) -> str:
+    """The name ``var``'s slots are saved under by ``optimizer``: ``var.name``, and for the n-th
+    other variable of that name it meets (nested models with layers of the same name)
+    ``"<name>#<n>"``, n from 1, in the order the variables are first met (slot creation on
+    both sides: the model's order)."""
+    names = optimizer.__dict__.setdefault("_saved_names", {})
+    key = variable_key(var)
+    if key not in names:
+        counts = optimizer.__dict__.setdefault("_saved_name_counts", {})
+        n = counts.get(var.name, 0)
+        counts[var.name] = n + 1
+        names[key] = var.name if n == 0 else f"{var.name}#{n}"
+    return names[key]
 
 
 def _assign(variable: tf.Variable, value: Any) -> None:
@@ -112,7 +131,7 @@ def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables:
         for name, hyper in _hypers(inner):
             entries.append(["inner_hyper", name])
             values.append(hyper)
-        for var_name, var in sorted({var.name: var for var in variables}.items()):
+        for var_name, var in sorted({saved_name(optimizer, var): var for var in variables}.items()):
             for slot_name in inner.get_slot_names():
                 try:
                     values.append(inner.get_slot(var, slot_name))
@@ -188,7 +207,7 @@ def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
     """The loaded value slot ``slot_name`` of ``var`` must start from, or ``None``."""
     pending = optimizer.__dict__.get("_pending_slot_values")
     if pending:
-        value = pending.pop(("slot", var.name, slot_name), None)
+        value = pending.pop(("slot", saved_name(optimizer, var), slot_name), None)
         if value is not None:
             return value
     restored = getattr(distributed_container(var), _RESTORED_ATTR, None)
@@ -202,7 +221,7 @@ def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
 def has_loaded_slot(optimizer: Any, var: tf.Variable, slot_name: str) -> bool:
     """Whether a loaded file holds slot ``slot_name`` of ``var``, not created yet (it is when the
     slot is: :func:`initial_slot_value`)."""
-    if ("slot", var.name, slot_name) in (optimizer.__dict__.get("_pending_slot_values") or {}):
+    if ("slot", saved_name(optimizer, var), slot_name) in (optimizer.__dict__.get("_pending_slot_values") or {}):
         return True
     return slot_name in (getattr(distributed_container(var), _RESTORED_ATTR, None) or {})
 
@@ -216,7 +235,7 @@ def restore_inner_slots(optimizer: Any, inner: Any, var: tf.Variable) -> None:
             slot = inner.get_slot(var, slot_name)
         except KeyError:
             continue
-        value = pending.pop(("inner_slot", var.name, slot_name), None)
+        value = pending.pop(("inner_slot", saved_name(optimizer, var), slot_name), None)
         if value is None and slot_name in restored:
             restored_inner, restored_slot = restored.pop(slot_name)
             _take_restored_scalars(inner, restored_inner)

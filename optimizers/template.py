@@ -31,7 +31,7 @@ from optimizers.keras_compat import (
     variable_key,
     variable_name,
 )
-from optimizers.rule import UpdateRule
+from optimizers.rule import UpdateRule, call_hook
 from optimizers.weight_decay import (
     PLACEMENTS,
     DecoupledWeightDecay,
@@ -114,8 +114,9 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             variable (see ``optimizers/compiled.py``).
             Defaults to ``True``, measured faster on CPU (see ``benchmarks/``).
             Either way, a rule's hand-fused kernel (``dense_kernel``: Adam's,
-            SGD's) runs instead, after the decay, except for a decayed
-            variable compiled alone (see :meth:`UpdateRule.dense_kernel`).
+            SGD's) runs instead: after the decay op, or with the decay in one
+            kernel (``decayed_dense_kernel``: AdamW's), except for a decayed
+            variable compiled alone without one (see :class:`UpdateRule`).
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
@@ -247,6 +248,15 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                              f"already. Received: scale_weight_decay_by_lr={value!r}")
 
     # -------------------------------------------------------- hyperparameters
+    reserved_names = {
+        **UpdateRule.reserved_names,
+        "lr": "OptimizerV2 reads `lr` as `learning_rate`",
+        "decay": "OptimizerV2 keeps its own `decay` (a learning-rate time decay) in the config",
+        "iterations": "OptimizerV2's step counter",
+        "weight_decay_factor": 'coefficients["weight_decay_factor"] is the weight decay\'s factor of the step',
+        "decayed": "variable option `decayed` says whether the variable is weight-decayed",
+    }
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "weight_decay" and "_weight_decay" in self.__dict__ and self._weight_decay is None:
             hint = ("it takes none" if self.weight_decay_placement == "none"
@@ -341,7 +351,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
     def apply_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
         if self.weight_decay_placement == "before" and coefficients.get("decayed"):
             self._weight_decay.decay_dense(var, coefficients)
-        return self.update_dense(grad, var, slots, coefficients)
+        return call_hook(self, "update_dense", grad, var, slots, coefficients)
 
     def apply_sparse(self, grad: tf.Tensor, var: tf.Variable, indices: tf.Tensor, slots: dict,
                      coefficients: dict) -> Any:
@@ -349,7 +359,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         if self.weight_decay_placement == "before" and coefficients.get("decayed"):
             deps.append(self._weight_decay.decay_sparse(var, indices, coefficients))
         with tf.control_dependencies(deps):
-            return self.update_sparse(grad, var, indices, slots, coefficients)
+            return call_hook(self, "update_sparse", grad, var, indices, slots, coefficients)
 
     def _rule_of(self, var: tf.Variable) -> UpdateRule:
         return self.updater_for(var) or self
@@ -358,6 +368,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         key = (id(rule), variable_key(var))
         specs = self._var_specs.get(key)
         if specs is None:
+            clash = sorted(set(rule.variable_options(var)) & (set(rule.hyperparameter_names) | set(rule.reserved_names)))
+            if clash:  # at the first step that moves var, before anything changes
+                raise ValueError(f"{type(rule).__name__}.variable_options() must not return a coefficient's name "
+                                 f"(a hyperparameter, or one its base class sets): it would replace it. Received: "
+                                 f"{clash} for variable {var.name!r}")
             rule.lock_options()
             if isinstance(rule, CustomOptimizerV2) and rule is not self:
                 create_hypers(rule)  # its hyperparameters become variables: later assignments take effect
@@ -421,7 +436,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     @property
     def skipped_steps(self) -> tf.Variable:
-        """The number of steps skipped for non-finite gradients (``skip_non_finite=True``)."""
+        """The number of steps skipped for non-finite gradients (``skip_non_finite=True``); a
+        constant 0 without ``skip_non_finite``, which makes no variable for it (it would be saved,
+        and a checkpoint of the optimizer would hold one its restore does not expect)."""
+        if self._skipped is None and not self.skip_non_finite:
+            return tf.constant(0, tf.int64)
         if self._skipped is None:
             with tf.init_scope():
                 self._skipped = self.add_weight("skipped_steps", shape=[], dtype=tf.int64, trainable=False,
@@ -520,18 +539,23 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
         Measured (``benchmarks/bench_template.py``): the kernel reads and writes each array once,
         where a compiled step writes each array in a loop of its own, and it compiles nothing.
-        The weight decay of a variable large enough to be compiled alone stays fused into its
-        compiled step, one pass instead of the decay's pass plus the kernel's (faster on 8
-        variables of 1M); a smaller or uncompiled variable is decayed by an op of its own, then
-        takes the kernel (faster than compiled chunks on 2000 small variables, and nothing to
-        compile). A wrapper's ``after_step`` then runs after the kernel, so wrapping an optimizer
-        never changes its own numbers."""
+        A decayed variable takes the rule's ``decayed_dense_kernel``, the decay and the kernel
+        in one pass (AdamW's: faster than both alternatives, whatever the size), where the rule
+        has one here; else, if it is large enough to be compiled alone, its compiled step fuses
+        the decay (faster on 8 variables of 1M than the decay's pass plus the kernel's), and a
+        smaller or uncompiled variable is decayed by an op of its own, then takes the kernel
+        (faster than compiled chunks on 2000 small variables, and nothing to compile). A
+        wrapper's ``after_step`` then runs after the kernel, so wrapping an optimizer never
+        changes its own numbers."""
         kernel = rule.dense_kernel(var, options)
         placement = getattr(rule, "weight_decay_placement", None)
         if kernel is None or not options.get("decayed") or placement == "inside":  # "inside": the kernel decays
             return kernel
         if placement != "before":
             return None
+        fused = rule.decayed_dense_kernel(var, options)  # one pass: faster than the compiled step too
+        if fused is not None:
+            return fused
         if compiled.alone(rule, var):
             return None
         return _DecayThenKernel(rule._weight_decay, kernel)
@@ -705,7 +729,7 @@ class _UpdateThenAfter:
     def __call__(self, grad: tf.Tensor, var: tf.Variable, slots: tuple, coefficients: tuple) -> Any:
         update = self.rule.apply_dense(grad, var, slots[0], coefficients[0])
         with tf.control_dependencies([update]):
-            return self.wrapper.after_step(var, slots[1], coefficients[1])
+            return call_hook(self.wrapper, "after_step", var, slots[1], coefficients[1])
 
 
 class _DecayThenKernel:

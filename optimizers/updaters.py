@@ -89,7 +89,9 @@ class OverwriteWithGradient(VariableUpdater):
 
     Across replicas the gradients are averaged (``reduction="mean"``), or their
     maximum is taken (``reduction="max"``, for amax-like statistics); never summed.
-    A sparse gradient overwrites only its rows (repeated rows are summed first).
+    A sparse gradient overwrites only its rows (repeated rows are summed first);
+    across replicas, each row takes the mean or maximum of the values sent by the
+    replicas whose gradient has that row.
     Under mixed precision, a ``LossScaleOptimizer`` does not unscale it (as in
     Keras 3): the variable takes the value computed in the forward pass.
     """
@@ -247,8 +249,14 @@ def before_sum(grad: Any, reduction: str, replica_id: Any, num_replicas: int) ->
     the ordinary gradients (so every replica issues the same collectives in the
     same order): ``"mean"`` is the sum divided afterwards; ``"max"`` puts each
     replica's value in its own row of a zero stack, whose sum holds every
-    replica's value.
+    replica's value. A sparse gradient sums its repeated rows first: the
+    replicas' slices are then concatenated by the all-reduce, one per replica
+    that touched a row, and :func:`after_sum` reduces each row over those.
     """
+    if isinstance(grad, tf.IndexedSlices) and reduction in ("mean", "max"):
+        rows, position = tf.unique(grad.indices)
+        return tf.IndexedSlices(tf.math.unsorted_segment_sum(grad.values, position, tf.shape(rows)[0]), rows,
+                                grad.dense_shape)
     if reduction != "max":
         return grad
     grad = tf.convert_to_tensor(grad)
@@ -257,12 +265,16 @@ def before_sum(grad: Any, reduction: str, replica_id: Any, num_replicas: int) ->
 
 
 def after_sum(summed: Any, reduction: str, num_replicas: int) -> Any:
-    """Finish :func:`before_sum`'s reduction on the summed value."""
+    """Finish :func:`before_sum`'s reduction on the summed value: a row of a sparse gradient
+    takes the mean or max of the values sent by the replicas that touched it (the others sent
+    none: a row one replica touched keeps its value)."""
+    if isinstance(summed, tf.IndexedSlices) and reduction in ("mean", "max"):
+        rows, position = tf.unique(summed.indices)
+        reduce = tf.math.unsorted_segment_max if reduction == "max" else tf.math.unsorted_segment_mean
+        return tf.IndexedSlices(reduce(summed.values, position, tf.shape(rows)[0]), rows, summed.dense_shape)
     if reduction == "max":
         return tf.reduce_max(summed, axis=0)
     if reduction == "mean":
-        if isinstance(summed, tf.IndexedSlices):
-            return tf.IndexedSlices(summed.values / num_replicas, summed.indices, summed.dense_shape)
         return summed / num_replicas
     return summed
 

@@ -86,7 +86,21 @@ def create_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], pr
         shape = None
         if spec.shape is not None:
             shape = spec.shape(var.shape.as_list())
-        optimizer.add_slot(var, prefix + spec.name, initializer=spec.initializer, shape=shape)
+        initializer = spec.initializer if isinstance(spec.initializer, str) else _checked(spec, var)
+        optimizer.add_slot(var, prefix + spec.name, initializer=initializer, shape=shape)
+
+
+def _checked(spec: SlotSpec, var: tf.Variable) -> Callable[..., Any]:
+    """``spec.initializer``, refusing a value of another dtype than the slot's (the variable's)."""
+    def initializer(shape: Any, dtype: Any, **kwargs: Any) -> Any:
+        value = spec.initializer(shape, dtype, **kwargs)
+        if tf.is_tensor(value) and value.dtype.base_dtype != tf.as_dtype(dtype).base_dtype:
+            raise TypeError(f"The initializer of slot {spec.name!r} of variable {var.name!r} must return a "
+                            f"{tf.as_dtype(dtype).name} value, the variable's dtype, which its slots have (cast "
+                            f"it: `tf.cast(value, dtype)`). Received: a {value.dtype.name} tensor")
+        return value
+
+    return initializer
 
 
 def get_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], prefix: str = "") -> dict[str, tf.Variable]:
@@ -106,22 +120,29 @@ def get_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], prefi
 
 
 def slot_memory(optimizer: Any) -> dict[str, int]:
-    """Bytes held by ``optimizer``'s slots, by slot name.
+    """Bytes held by ``optimizer``'s slots, and by those of the optimizers it wraps
+    (``inner_optimizer``, at any depth: a moving average's inner AdamW, a ``LossScaleOptimizer``'s),
+    by slot name.
 
     A distributed (mirrored) slot counts once, like the variable it shadows.
     Variables that use a variable updater without slots contribute nothing.
 
     Returns:
-        ``{slot_name: bytes}``, sorted by slot name; empty before the first step.
+        ``{slot_name: bytes}``, sorted by slot name, a name two of the optimizers
+        use summed; empty before the first step.
     """
     from optimizers.keras_compat import is_sharded_variable, slot_dict
 
     totals: dict[str, int] = {}
-    slot_dicts: Mapping[Any, Mapping[str, Any]] = slot_dict(optimizer)
-    for per_var in slot_dicts.values():
-        for name, slot in per_var.items():
-            if is_sharded_variable(slot):
-                continue  # its shards are counted as variables of their own
-            nbytes = slot.shape.num_elements() * slot.dtype.size
-            totals[name] = totals.get(name, 0) + nbytes
+    seen: set[int] = set()
+    while optimizer is not None and id(optimizer) not in seen:
+        seen.add(id(optimizer))
+        slot_dicts: Mapping[Any, Mapping[str, Any]] = slot_dict(optimizer)
+        for per_var in slot_dicts.values():
+            for name, slot in per_var.items():
+                if is_sharded_variable(slot):
+                    continue  # its shards are counted as variables of their own
+                nbytes = slot.shape.num_elements() * slot.dtype.size
+                totals[name] = totals.get(name, 0) + nbytes
+        optimizer = getattr(optimizer, "inner_optimizer", None)
     return dict(sorted(totals.items()))

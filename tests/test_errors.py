@@ -245,3 +245,142 @@ def test_missing_tf_keras_says_what_to_install():
     assert result.returncode != 0
     version = f"{TF_VERSION[0]}.{TF_VERSION[1]}"
     assert f"pip install 'tf-keras=={version}.*'" in result.stderr
+
+
+def _rule_with(name, base=optimizers.CustomOptimizerV2):
+    class Rule(base):
+        def __init__(self, value=0.5, name="Rule", **kwargs):
+            super().__init__(name, **kwargs)
+            self.add_hyperparameter(name_, value, low=0.0)
+
+        def update_dense(self, grad, var, slots, coefficients):
+            return var.assign_sub(coefficients[name_] * grad)
+
+    name_ = name
+    return Rule
+
+
+@pytest.mark.parametrize("name, meaning", [
+    ("step", r'coefficients\["step"\] is the 1-based step number'),
+    ("decay", r"OptimizerV2 keeps its own `decay`"),
+    ("lr", r"OptimizerV2 reads `lr` as `learning_rate`"),
+    ("iterations", r"OptimizerV2's step counter"),
+    ("weight_decay_factor", r'coefficients\["weight_decay_factor"\]'),
+])
+def test_a_hyperparameter_may_not_take_a_name_the_base_class_gives_a_meaning(name, meaning):
+    """Such a hyperparameter was silently replaced in the coefficients (``step``) or in the
+    config (``decay``, ``lr``)."""
+    with pytest.raises(ValueError, match=rf"Hyperparameter name '{name}' is taken: {meaning}.*Received: {name}=0.5"):
+        _rule_with(name)()
+
+
+def test_a_variable_updater_hyperparameter_may_not_be_named_step():
+    class Updater(optimizers.VariableUpdater):
+        def __init__(self, step=0.1):
+            self.add_hyperparameter("step", step)
+
+    with pytest.raises(ValueError, match=r"Hyperparameter name 'step' is taken.*Received: step=0.1"):
+        Updater()
+
+
+@pytest.mark.parametrize("argument", ["lr", "decay"])
+def test_a_constructor_argument_named_lr_or_decay_is_refused_when_the_class_is_defined(argument):
+    with pytest.raises(TypeError, match=rf"must not take an argument named `{argument}`.*Received: __init__\(self, "
+                                        rf"{argument}=0.1, name='Bad', \*\*kwargs\)"):
+        exec(f"class Bad(optimizers.SGD):\n    def __init__(self, {argument}=0.1, name='Bad', **kwargs):\n"
+             f"        super().__init__(0.1, name=name, **kwargs)", {"optimizers": optimizers})
+
+
+@pytest.mark.parametrize("name", ["learning_rate", "beta_1"])
+def test_a_wrapper_hyperparameter_may_not_hide_one_of_the_inner_optimizer(name):
+    """The wrapper's ``learning_rate`` (and any attribute the inner optimizer declares) reads and
+    sets the inner optimizer's, as Keras callbacks need: a hyperparameter of the same name would
+    be a second value that get_config saves and the step never uses, or the other way round."""
+    class Wrapper(optimizers.OptimizerWrapper):
+        def __init__(self, optimizer, value=0.7, name="Wrapper", **kwargs):
+            super().__init__(optimizer, name, **kwargs)
+            self.add_hyperparameter(name_, value, low=0.0)
+
+    name_ = name
+    with pytest.raises(ValueError, match=rf"Hyperparameter name '{name}' is taken: .*Received: {name}=0.7"):
+        Wrapper(Adam(0.1))
+
+
+def test_a_variable_option_may_not_replace_a_coefficient():
+    class Options(_rule_with("alpha")):
+        def variable_options(self, var):
+            return {"alpha": 3.0}
+
+    var = tf.Variable([1.0])
+    opt = Options()
+    with pytest.raises(ValueError, match=r"Options.variable_options\(\) must not return a coefficient's name.*"
+                                         r"Received: \['alpha'\] for variable 'Variable:0'"):
+        opt.apply_gradients([(tf.constant([1.0]), var)])
+    assert var.numpy().tolist() == [1.0] and int(opt.iterations) == 0
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+@pytest.mark.parametrize("key, listed", [("velocity", r"slot \(this variable's: \['m'\]"),
+                                         ("learning_rat", r"coefficient \(\['learning_rate', 'step'\]")])
+def test_reading_an_undeclared_slot_or_coefficient_says_which_there_are(key, listed, jit_compile):
+    class Typo(optimizers.CustomOptimizerV2):
+        def __init__(self, learning_rate=0.1, name="Typo", **kwargs):
+            super().__init__(name, **kwargs)
+            self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
+
+        def slot_specs(self, var):
+            return ["m"]
+
+        def update_dense(self, grad, var, slots, coefficients):
+            return var.assign_sub({**slots, **coefficients}[key] * grad)
+
+    var = tf.Variable([1.0])
+    with pytest.raises(KeyError, match=rf"Typo.update_dense read '{key}', which is neither a .*{listed}"):
+        Typo(jit_compile=jit_compile).apply_gradients([(tf.constant([1.0]), var)])
+    assert var.numpy().tolist() == [1.0]
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_an_update_that_returns_nothing_is_applied_in_tf_function_too(jit_compile):
+    """Its assignments run (eagerly, and in order by tf.function's automatic control
+    dependencies); Keras 2 refused the None in a graph with an error about `inputs`."""
+    class Forgetful(SGD):
+        def update_dense(self, grad, var, slots, coefficients):
+            var.assign_sub(coefficients["learning_rate"] * grad)
+
+        def update_sparse(self, grad, var, indices, slots, coefficients):
+            var.scatter_sub(tf.IndexedSlices(coefficients["learning_rate"] * grad, indices))
+
+    var = tf.Variable([1.0, 2.0])
+    opt = Forgetful(0.5, jit_compile=jit_compile)
+    tf.function(lambda: opt.apply_gradients([(tf.constant([1.0, 2.0]), var)]) and None)()
+    tf.function(lambda: opt.apply_gradients([(tf.IndexedSlices(tf.constant([4.0]), tf.constant([1])), var)])
+                and None)()
+    assert var.numpy().tolist() == [0.5, -1.0] and int(opt.iterations) == 2
+
+
+def test_a_slot_initializer_of_another_dtype_is_refused_by_name():
+    class Wide(SGD):
+        def slot_specs(self, var):
+            return [slots.SlotSpec("m", initializer=lambda shape, dtype: tf.zeros(shape, tf.float64))]
+
+    var = tf.Variable([1.0])
+    with pytest.raises(TypeError, match=r"initializer of slot 'm' of variable 'Variable:0' must return a float32 "
+                                        r"value.*Received: a float64 tensor"):
+        Wide().apply_gradients([(tf.constant([1.0]), var)])
+    assert var.numpy().tolist() == [1.0]
+
+
+@pytest.mark.parametrize("name", ["MovingAverage", "GradientAccumulation", "Lookahead", "SWA"])
+def test_a_wrapper_looked_up_by_name_alone_says_it_needs_an_optimizer(name):
+    with pytest.raises(ValueError, match=rf"{name} wraps an optimizer.* as {name}\(optimizer, \.\.\.\)\)\. "
+                                         r"Received: config=\{\}"):
+        optimizers.keras.optimizers.get(name)
+
+
+def test_slot_memory_of_a_wrapper_counts_the_inner_optimizer_slots():
+    var = tf.Variable(tf.zeros([3, 2]))
+    opt = optimizers.MovingAverage(optimizers.AdamW(weight_decay=0.1))
+    opt.apply_gradients([(tf.ones([3, 2]), var)])
+    assert slots.slot_memory(opt) == {"average": 24, "m": 24, "v": 24}
+    assert slots.slot_memory(opt.inner_optimizer) == {"m": 24, "v": 24}

@@ -180,6 +180,29 @@ def test_mirrored_overwrite_receives_mean_or_max_not_sum(mirrored, reduction):
     assert int(opt.iterations.numpy()) == 1
 
 
+@pytest.mark.parametrize("reduction", ["mean", "max"])
+def test_mirrored_sparse_overwrite_reduces_each_row_over_the_replicas_that_touched_it(mirrored, reduction):
+    """Rows no replica touched keep their values; a row one replica touched takes its value (the
+    other replica sent none, not a zero); a row both touched takes their mean or max; a replica's
+    repeated row is summed first, as without a strategy."""
+    with mirrored.scope():
+        table = tf.Variable([[-5.0], [-5.0], [-5.0], [-5.0]])
+        opt = SGD(learning_rate=1.0, updaters={table.ref(): optimizers.OverwriteWithGradient(reduction)})
+
+    def replica_step():
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        # replica 0: rows 0 and 1 (row 1 twice: -1 + -2); replica 1: row 1 (value -7), row 3 (value -4)
+        indices = tf.where(tf.equal(replica, 0), tf.constant([0, 1, 1]), tf.constant([1, 3, 3]))
+        values = tf.where(tf.equal(replica, 0), tf.constant([[-3.0], [-1.0], [-2.0]]),
+                          tf.constant([[-7.0], [-1.0], [-3.0]]))
+        opt.apply_gradients([(tf.IndexedSlices(values, indices, tf.constant([4, 1])), table)])
+
+    tf.function(lambda: mirrored.run(replica_step))()
+    row_1 = (-3.0 + -7.0) / 2 if reduction == "mean" else max(-3.0, -7.0)
+    for component in mirrored.experimental_local_results(table):
+        np.testing.assert_array_equal(component.numpy(), [[-3.0], [row_1], [-5.0], [-4.0]])
+
+
 def test_mirrored_lookup_by_attribute_and_regex(mirrored):
     with mirrored.scope():
         by_attr = tf.Variable([0.0], name="by_attr")

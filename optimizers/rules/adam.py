@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.rule import kernel_if_unchanged
 from optimizers.template import CustomOptimizerV2
@@ -100,6 +101,19 @@ class Adam(CustomOptimizerV2):
         if self.amsgrad:
             return None
         return kernel_if_unchanged(self, Adam, ("prepare", "update_dense", "_update"), var, self._fused_step)
+
+    def decayed_dense_kernel(self, var, options):
+        """The decay and Adam's kernel as one fused kernel (``optimizers.kernels``: the same bits in
+        one pass over memory), where it is built and ``var`` is on this process's CPU, outside XLA."""
+        op = kernels.decayed_apply_adam(var) if self.dense_kernel(var, options) is not None else None
+        return None if op is None else functools.partial(self._decayed_fused_step, op)
+
+    @staticmethod
+    def _decayed_fused_step(op, grad, var, slots, coefficients):
+        return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, grad=grad,
+                  beta1_power=coefficients["beta_1_power"], beta2_power=coefficients["beta_2_power"],
+                  lr=coefficients["learning_rate"], beta1=coefficients["beta_1"], beta2=coefficients["beta_2"],
+                  epsilon=coefficients["epsilon"], decay=coefficients["weight_decay_factor"])
 
     def _fused_step(self, grad, var, slots, coefficients):
         return tf.raw_ops.ResourceApplyAdam(

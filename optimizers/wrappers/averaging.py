@@ -63,7 +63,8 @@ class AveragingWrapper(OptimizerWrapper):
         return bool(self.wrapped_variables())
 
     def shadow_copy(self, model_weights: Iterable[tf.Variable]) -> None:
-        """Create the averages of ``model_weights`` now, equal to their values."""
+        """Create the averages of ``model_weights`` now, equal to their values (an average that a
+        loaded model or checkpoint holds: to its saved value)."""
         with tf.init_scope():
             self._create_slots(list(model_weights))
 
@@ -95,7 +96,7 @@ class AveragingWrapper(OptimizerWrapper):
         both exactly. Works with or without a ``tf.distribute`` strategy."""
         variables = self.wrapped_variables()
         if not variables:
-            raise ValueError("swap_weights() needs averages, which are created by the first training step: "
-                             "train first, or call shadow_copy(model.trainable_weights). Received: an optimizer "
-                             "with no averages yet.")
+            raise ValueError("swap_weights() needs averages, which are created by the first training step, or by "
+                             "shadow_copy(model.trainable_weights): equal to the weights, or after loading a model, "
+                             "to the averages it saved. Received: an optimizer with no averages yet.")
         self._for_each_average(variables, _swap)

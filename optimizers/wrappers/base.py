@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from optimizers.keras_compat import (
     transform_unaggregated_gradients,
     variable_key,
 )
+from optimizers.rule import call_hook
 from optimizers.template import CustomOptimizerV2
 from optimizers.updaters import get_updater
 
@@ -153,6 +155,13 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
 
     #: The name the inner optimizer has in checkpoints (TFA's wrappers each used their own).
     inner_checkpoint_name = "inner_optimizer"
+    reserved_names = {
+        **Hyperparameters.reserved_names,
+        "iterations": 'coefficients["iterations"] is the step counter',
+        "learning_rate": "a wrapper's `learning_rate` (and `lr`) is the inner optimizer's",
+        "lr": "a wrapper's `learning_rate` (and `lr`) is the inner optimizer's",
+        "decay": "OptimizerV2 keeps its own `decay` (a learning-rate time decay) in the config",
+    }
 
     def __init__(self, optimizer: Any, name: str, **kwargs: Any) -> None:
         inner = config_lib.resolve_optimizer(optimizer)
@@ -181,6 +190,16 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         self._compiled = compiled.CompiledSteps()
         self._var_specs: dict = {}
         self._seen: dict = {}  # variable key -> variable, every variable a step has seen
+
+    def add_hyperparameter(self, name: str, value: Any, **bounds: Any) -> None:
+        """Declare hyperparameter ``name`` (call in ``__init__``, after ``super().__init__``); not
+        one the inner optimizer declares, whose attribute the wrapper's reads and sets."""
+        inner = self.__dict__.get("_optimizer")
+        if inner is not None and _declares(inner, name):
+            raise ValueError(f"Hyperparameter name {name!r} is taken: the wrapped "
+                             f"{type(inner).__name__} declares it, and the wrapper's `{name}` reads and sets "
+                             f"the inner one's. Name it otherwise. Received: {name}={value!r}")
+        super().add_hyperparameter(name, value, **bounds)
 
     # ------------------------------------------------------------------ hooks
     def slot_specs(self, var: tf.Variable) -> Sequence[slots_lib.SlotSpec | str]:
@@ -415,8 +434,8 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             return kernel(var, slots, coefficients)
         if self.jit_compile and is_plain_resource_variable(var):
             key = ("after",) + compiled.signature(var, {})
-            return self._compiled.run(self.after_step, key, var, slots, coefficients)
-        return self.after_step(var, slots, coefficients)
+            return self._compiled.run(functools.partial(call_hook, self, "after_step"), key, var, slots, coefficients)
+        return call_hook(self, "after_step", var, slots, coefficients)
 
     def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any,
                      iterations: Any = None, update: Any = None) -> Any:
@@ -490,6 +509,9 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def from_config(cls, config: dict[str, Any], custom_objects: dict | None = None) -> OptimizerWrapper:
         """Inverse of :meth:`get_config`."""
         config = copy.deepcopy(config)
+        if "optimizer" not in config:  # keras.optimizers.get("MovingAverage") builds from an empty config
+            raise ValueError(f"{cls.__name__} wraps an optimizer, which its config names under 'optimizer' "
+                             f"(build it as {cls.__name__}(optimizer, ...)). Received: config={config!r}")
         inner = config.pop("optimizer")
         config = config_lib.deserialize_values(config, custom_objects)
         config.pop("is_legacy_optimizer", None)

@@ -172,6 +172,11 @@ class GradientAccumulation(OptimizerWrapper):
         pairs = [(g, v) for g, v in grads_and_vars if g is not None and self.wraps(v)]
         if not pairs:
             raise ValueError(f"No gradients provided for any variable. Received: grads_and_vars={grads_and_vars!r}")
+        for grad, var in pairs:  # before anything is created or changed
+            if isinstance(grad, tf.IndexedSlices) and self._reduction(var) != "sum":
+                raise ValueError(f"GradientAccumulation cannot combine sparse gradients by {self._reduction(var)!r}: "
+                                 f"variable {var.name!r} has an updater with reduction={self._reduction(var)!r} "
+                                 f"(pass it dense gradients). Received: grad={grad!r}")
         keys = frozenset(variable_key(v) for _, v in pairs)
         if self.__dict__.setdefault("_accumulated_keys", keys) != keys:  # an accumulator would miss a call
             raise ValueError("GradientAccumulation needs gradients for the same variables at every call (as "
@@ -234,9 +239,6 @@ class GradientAccumulation(OptimizerWrapper):
             return self.accumulated_steps.assign(tf.where(step_now, 0.0, count + 1.0), read_value=False)
 
     def _accumulate_fn(self, acc: tf.Variable, grad: Any, first: tf.Tensor, reduction: str) -> Any:
-        if isinstance(grad, tf.IndexedSlices) and reduction != "sum":
-            raise ValueError(f"GradientAccumulation cannot combine sparse gradients by {reduction!r}: variable "
-                             f"{acc.name!r} has an updater with reduction={reduction!r}. Received: grad={grad!r}")
         if self.jit_compile and is_plain_resource_variable(acc) and not isinstance(grad, tf.IndexedSlices):
             key = ("accumulate", reduction) + compiled.signature(acc, {})
             return self._compiled.run(lambda a, g, f: _accumulate(a, g, f, reduction), key, acc, grad, first)

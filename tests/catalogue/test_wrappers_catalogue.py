@@ -552,10 +552,12 @@ def test_bad_arguments_name_the_argument_and_repeat_the_value():
     with pytest.raises(ValueError, match="takes no `decay_var_list`"):
         multi.apply_gradients([(tf.zeros_like(v), v) for v in model.trainable_variables], decay_var_list=[])
     accumulation = GradientAccumulation(optimizers.SGD(0.1), 2)
-    stat = tf.Variable(tf.zeros([4, 2]))
+    stat = tf.Variable(tf.zeros([4, 2]), name="amax")
     optimizers.set_updater(stat, optimizers.OverwriteWithGradient("max"))
-    with pytest.raises(ValueError, match="cannot combine sparse gradients by 'max'"):
+    with pytest.raises(ValueError, match=r"cannot combine sparse gradients by 'max': variable 'amax:0' has an updater"):
         accumulation.apply_gradients([(tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0]), tf.constant([4, 2])), stat)])
+    assert [w.name for w in accumulation.weights] == ["iter:0"] and not stat.numpy().any()  # no accumulator made
+    accumulation.apply_gradients([(tf.ones([4, 2]), stat)])
     with pytest.raises(ValueError, match="needs gradients for the same variables at every call"):
         accumulation.apply_gradients([(tf.ones([4, 2]), stat), (tf.ones([4, 3]), model.layers[0].kernel)])
     with pytest.raises(TypeError, match="needs a model compiled with an averaging wrapper"):

@@ -160,3 +160,86 @@ def test_a_user_optimizer_two_wrappers_deep_loads_in_a_process_that_has_not_impo
     importlib.invalidate_caches()  # the path's finder still lists the file otherwise
     with pytest.raises(ValueError, match=r"'SignSGD': its module 'user_rules' does not import .*`custom_objects`"):
         keras.models.load_model(path)
+
+
+def _nested_model_with_repeated_names():
+    """Two sub-models whose layers have the same names, so their variables do too
+    (``"dense/kernel:0"`` twice), with different shapes."""
+    keras.utils.set_random_seed(0)
+
+    def block(width, name):
+        inputs = keras.Input((3,))
+        return keras.Model(inputs, keras.layers.Dense(width, name="dense")(inputs), name=name)
+
+    inputs = keras.Input((3,))
+    hidden = block(3, "first")(inputs)
+    outputs = block(1, "second")(hidden)
+    return keras.Model(inputs, outputs)
+
+
+@pytest.mark.parametrize("make", ["adamw", "moving_average(adamw)"])
+def test_keras_file_keeps_the_slots_of_variables_that_share_a_name(make, tmp_path):
+    """Each variable's slots come back to it, not to its namesake's (which crashed on a shape
+    mismatch, or silently mixed two layers' slots up when the shapes matched)."""
+    import optimizers
+
+    def optimizer():
+        inner = optimizers.AdamW(weight_decay=0.01, learning_rate=0.01)
+        return inner if make == "adamw" else optimizers.MovingAverage(inner, average_decay=0.5)
+
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    y = x[:, :1] * 2.0
+    net = _nested_model_with_repeated_names()
+    assert len({v.name for v in net.trainable_variables}) == 2 < len(net.trainable_variables)
+    net.compile(optimizer=optimizer(), loss="mse")
+    net.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    net.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    for model in (net, loaded):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    for a, b in zip(net.get_weights() + [w.numpy() for w in net.optimizer.weights],
+                    loaded.get_weights() + [w.numpy() for w in loaded.optimizer.weights]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_moving_average_loaded_from_a_keras_file_swaps_in_its_saved_averages(tmp_path):
+    """After ``load_model``, before any step: ``swap_weights`` says how to create the averages, and
+    ``shadow_copy`` creates them from the file (not from the weights)."""
+    import optimizers
+
+    net = case_model(OPTIMIZERS[0])
+    net.compile(optimizer=optimizers.MovingAverage(optimizers.Adam(0.05), average_decay=0.5), loss="mse")
+    _fit(net, epochs=2)
+    path = str(tmp_path / "model.keras")
+    net.save(path)
+    loaded = keras.models.load_model(path)
+    with pytest.raises(ValueError, match=r"shadow_copy\(model.trainable_weights\).*after loading a model, to the "
+                                         r"averages it saved"):
+        loaded.optimizer.swap_weights()
+    loaded.optimizer.shadow_copy(loaded.trainable_weights)
+    loaded.optimizer.swap_weights()
+    net.optimizer.swap_weights()
+    for a, b in zip(net.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_saving_a_model_makes_no_skipped_steps_counter_without_skip_non_finite(tmp_path):
+    """``model.save`` reads every attribute of the optimizer; without ``skip_non_finite`` the
+    counter is a constant 0 and no variable, so a checkpoint of the optimizer restores into a new
+    one with nothing left over."""
+    import tensorflow as tf
+
+    import optimizers
+
+    net = case_model(OPTIMIZERS[0])
+    net.compile(optimizer=optimizers.AdamW(weight_decay=0.01, learning_rate=0.01), loss="mse")
+    _fit(net, epochs=1)
+    net.save(str(tmp_path / "model.keras"))
+    assert int(net.optimizer.skipped_steps) == 0
+    assert not [w.name for w in net.optimizer.weights if "skipped" in w.name]
+    path = tf.train.Checkpoint(model=net, optimizer=net.optimizer).write(str(tmp_path / "ckpt"))
+    fresh = case_model(OPTIMIZERS[0])
+    fresh.compile(optimizer=optimizers.AdamW(weight_decay=0.01, learning_rate=0.01), loss="mse")
+    status = tf.train.Checkpoint(model=fresh, optimizer=fresh.optimizer).read(path)
+    _fit(fresh, epochs=1)  # creates the slots, which take the restored values
+    status.assert_consumed()

@@ -1,0 +1,126 @@
+"""Fused CPU kernels of this library, built on this machine against the installed TensorFlow.
+
+TensorFlow has no fused kernel for decoupled weight decay followed by Adam (TensorFlow Addons'
+AdamW): it takes a decay op, one more pass over each variable, then ``ResourceApplyAdam``.
+``decayed_adam.cc`` is that step as one kernel, giving the same bits in one pass over memory
+(``benchmarks/bench_adamw.py``). It is compiled once per TensorFlow version, compiler and source
+(a few seconds, with TensorFlow's own compile flags and no FMA contraction, so that the bits are
+those of TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
+``~/.cache/custom-optimizer-v2``), and loaded with ``tf.load_op_library``.
+
+Where it cannot be built (no C++ compiler, another OS, a failed build) or is turned off
+(``OPTIMIZERS_NATIVE_KERNELS=0``), :func:`decayed_apply_adam` returns ``None`` and the step runs
+as before, with the same numbers: the decay op, then TensorFlow's kernel. It is used only on
+this process's own CPU devices and outside XLA (which cannot compile it); ``python -m
+optimizers.kernels`` builds it ahead of time and prints where it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = ["decayed_apply_adam", "library_path", "build"]
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decayed_adam.cc")
+# -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels.
+# AVX is the baseline TensorFlow's x86 wheels require; nothing newer is assumed.
+_FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off"] + (["-mavx"] if platform.machine() in ("x86_64", "AMD64") else [])
+_state: dict[str, Any] = {}
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+
+
+def _command(compiler: str, output: str) -> list[str]:
+    return [compiler, *_FLAGS, _SOURCE, "-o", output, *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+
+
+def library_path() -> str | None:
+    """Where the kernel library of this TensorFlow, compiler and source is (or would be) cached;
+    ``None`` where it cannot be built here."""
+    compiler = _compiler()
+    if compiler is None or not sys.platform.startswith("linux"):
+        return None
+    with open(_SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read())
+    digest.update(" ".join(_command(compiler, "")).encode())
+    digest.update(subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout)
+    root = os.environ.get("OPTIMIZERS_KERNEL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "custom-optimizer-v2")
+    return os.path.join(root, f"tf{tf.__version__}-{digest.hexdigest()[:16]}", "decayed_adam.so")
+
+
+def build() -> str:
+    """Compile the kernel library if it is not cached yet, and return its path (one process
+    builds, others wait on a lock file). Raises ``RuntimeError`` where it cannot be built."""
+    path = library_path()
+    if path is None:
+        raise RuntimeError("The fused kernels need Linux and a C++ compiler (set CXX, or install g++). "
+                           f"Received: platform {sys.platform!r}, compiler {_compiler()!r}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(path):
+            with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as scratch:
+                output = os.path.join(scratch, "decayed_adam.so")
+                result = subprocess.run(_command(_compiler(), output), capture_output=True, text=True, check=False)
+                if result.returncode != 0:
+                    raise RuntimeError(f"Building {_SOURCE} failed:\n{result.stderr[-4000:]}")
+                os.replace(output, path)  # atomic: a reader never sees half a file
+    return path
+
+
+def _library() -> Any:
+    """The loaded kernel library, built on first use; ``None`` where it is off or fails (once)."""
+    if "library" not in _state:
+        _state["library"] = None
+        if os.environ.get("OPTIMIZERS_NATIVE_KERNELS", "1") != "0" and library_path() is not None:
+            try:
+                _state["library"] = tf.load_op_library(build())
+            except (RuntimeError, OSError, tf.errors.OpError) as error:
+                warnings.warn(f"AdamW's fused kernel is not available, its steps take the decay op, then "
+                              f"TensorFlow's Adam kernel (the same numbers, one more pass over memory): {error}",
+                              RuntimeWarning, stacklevel=3)
+    return _state["library"]
+
+
+def _place(spec: tf.DeviceSpec) -> tuple:
+    """``(job, task, index)`` of a CPU, job and task ``None`` for this process without a cluster."""
+    job = None if spec.job in (None, "localhost") else spec.job
+    return job, spec.task if job else None, spec.device_index or 0
+
+
+def _runs_here(var: Any) -> bool:
+    """Whether an op on ``var`` runs on a CPU of this process (a parameter server's CPU, another
+    process, has not loaded the library) and outside XLA."""
+    from optimizers.keras_compat import in_xla_context
+
+    spec = tf.DeviceSpec.from_string(var.device)
+    if spec.device_type != "CPU" or in_xla_context():
+        return False
+    if "cpus" not in _state:
+        _state["cpus"] = {_place(tf.DeviceSpec.from_string(d.name)) for d in tf.config.list_logical_devices("CPU")}
+    return _place(spec) in _state["cpus"]
+
+
+def decayed_apply_adam(var: Any) -> Any:
+    """The fused decay-then-Adam op for ``var`` (called with ``ResourceApplyAdam``'s arguments plus
+    ``decay``), or ``None`` where it is not available: not built, not a local CPU, inside XLA."""
+    with contextlib.suppress(ValueError):  # a device string TensorFlow cannot parse: not ours to run
+        if _runs_here(var):
+            library = _library()
+            return None if library is None else library.decayed_apply_adam
+    return None

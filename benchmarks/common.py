@@ -102,12 +102,13 @@ def without_kernel(cls):
 
 
 def without_fused_decay(cls):
-    """``cls`` (``optimizers.AdamW``...) without its decay-and-kernel fused kernel
-    (``UpdateRule.decayed_dense_kernel``): a decayed variable then takes the decay op before the
-    kernel, or, compiled alone, the decay fused into its compiled step."""
+    """``cls`` (``optimizers.AdamW``...) without the kernel that fuses the decay and a moving
+    average into its own (``UpdateRule.fused_dense_kernel``): a decayed variable then takes the
+    decay op before the kernel, or, compiled alone, the decay fused into its compiled step, and
+    a moving average runs after the kernel."""
 
     class WithoutFusedDecay(cls):
-        def decayed_dense_kernel(self, var, options):
+        def fused_dense_kernel(self, var, options, decay, average):
             return None
 
     WithoutFusedDecay.__name__ = cls.__name__

@@ -167,11 +167,15 @@ class UpdateRule(Hyperparameters):
         kernel). Defaults to none."""
         return None
 
-    def decayed_dense_kernel(self, var: tf.Variable, options: Mapping[str, Hashable]) -> Callable | None:
-        """The dense step of a variable weight-decayed before this rule (``weight_decay_placement =
-        "before"``), decay included, as one fused kernel called as :meth:`dense_kernel`'s (the
-        decay factor is ``coefficients["weight_decay_factor"]``). Defaults to none: the template
-        then runs the decay as an op of its own, then :meth:`dense_kernel`."""
+    def fused_dense_kernel(self, var: tf.Variable, options: Mapping[str, Hashable], decay: bool,
+                           average: bool) -> Callable | None:
+        """:meth:`dense_kernel` with what runs beside it in one pass over memory: when ``decay``,
+        the decoupled weight decay before it (``weight_decay_placement = "before"``; its factor is
+        ``coefficients["weight_decay_factor"]``), and when ``average``, a moving average of the
+        variable after it, :math:`a \\leftarrow a - (a - \\theta)\\,r`. Called as
+        ``kernel(grad, var, slots, coefficients)``, with ``average`` (the slot :math:`a`) and
+        ``average_rate`` (:math:`r`) as keyword arguments when ``average``. Defaults to none: the
+        template then runs them as ops of their own, around :meth:`dense_kernel`."""
         return None
 
     @property

@@ -11,6 +11,7 @@ saving (``saving.py``, through ``base.py``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -114,9 +115,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             variable (see ``optimizers/compiled.py``).
             Defaults to ``True``, measured faster on CPU (see ``benchmarks/``).
             Either way, a rule's hand-fused kernel (``dense_kernel``: Adam's,
-            SGD's) runs instead: after the decay op, or with the decay in one
-            kernel (``decayed_dense_kernel``: AdamW's), except for a decayed
-            variable compiled alone without one (see :class:`UpdateRule`).
+            SGD's) runs instead: after the decay op, or with the decay, and a
+            wrapper's moving average, in one kernel (``fused_dense_kernel``:
+            AdamW's), except for a decayed variable compiled alone without one
+            (see :class:`UpdateRule`).
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
@@ -505,11 +507,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
                 rest.append((grad, var))
                 continue
             inputs = rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
-            kernel = self._dense_kernel(rule, var, options)
+            kernel, with_after = self._kernel_of(rule, var, options, apply_state)
             if kernel is not None:
                 with tf.device(var.device):
                     kernels.append(kernel(grad, var, var_slots, coefficients))
-                if self._after_update is not None and self._after_update.wraps(var):
+                if not with_after and self._after_update is not None and self._after_update.wraps(var):
                     averaged.append(var)
                 continue
             if not compiled.batchable(var) or not getattr(rule, "jit_compile", False):
@@ -533,13 +535,31 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         with tf.control_dependencies([done] if done is not None else []):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
+    def _kernel_of(self, rule: UpdateRule, var: tf.Variable, options: dict, apply_state: dict | None) -> tuple:
+        """``(kernel, with_after)``: the dense step of ``var`` as a hand-fused kernel (or ``None``),
+        and whether it runs the running wrapper's ``after_step`` too: a moving average
+        (``OptimizerWrapper.after_step_as_average``) fused into the rule's kernel
+        (``UpdateRule.fused_dense_kernel``), one pass over memory instead of two."""
+        after = self._after_inputs(var, apply_state)
+        if after is not None:
+            wrapper, after_slots, after_coefficients = after
+            names = wrapper.after_step_as_average(var)
+            decayed = bool(options.get("decayed"))
+            if names is not None and (not decayed or getattr(rule, "weight_decay_placement", None) == "before"):
+                fused = rule.fused_dense_kernel(var, options, decayed, True)
+                if fused is not None:
+                    slot, rate = names
+                    return functools.partial(fused, average=after_slots[slot],
+                                             average_rate=after_coefficients[rate]), True
+        return self._dense_kernel(rule, var, options), False
+
     def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:
         """The dense step of ``var`` as ``rule``'s hand-fused kernel (``UpdateRule.dense_kernel``),
         or ``None`` for the rule's own step (compiled or not).
 
         Measured (``benchmarks/bench_template.py``): the kernel reads and writes each array once,
         where a compiled step writes each array in a loop of its own, and it compiles nothing.
-        A decayed variable takes the rule's ``decayed_dense_kernel``, the decay and the kernel
+        A decayed variable takes the rule's ``fused_dense_kernel``, the decay and the kernel
         in one pass (AdamW's: faster than both alternatives, whatever the size), where the rule
         has one here; else, if it is large enough to be compiled alone, its compiled step fuses
         the decay (faster on 8 variables of 1M than the decay's pass plus the kernel's), and a
@@ -553,7 +573,7 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return kernel
         if placement != "before":
             return None
-        fused = rule.decayed_dense_kernel(var, options)  # one pass: faster than the compiled step too
+        fused = rule.fused_dense_kernel(var, options, True, False)  # one pass: faster than the compiled step too
         if fused is not None:
             return fused
         if compiled.alone(rule, var):
@@ -611,9 +631,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict | None = None) -> Any:
         inputs = rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
-        kernel = self._dense_kernel(rule, handle, options)
+        kernel, with_after = self._kernel_of(rule, handle, options, apply_state)
         if kernel is not None:
-            return self._then_after(kernel(grad, handle, var_slots, coefficients), handle, apply_state)
+            update = kernel(grad, handle, var_slots, coefficients)
+            return update if with_after else self._then_after(update, handle, apply_state)
         if getattr(rule, "jit_compile", False) and is_plain_resource_variable(handle):
             step, var_slots, coefficients, key, complete = self._compiled_inputs(handle, apply_state, inputs)
             update = self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)

@@ -1,10 +1,12 @@
-"""AdamW's fused decay-and-Adam kernel (``optimizers.kernels``) against TensorFlow's own kernels.
+"""Adam's fused kernels (``optimizers.kernels``) against TensorFlow's own kernels.
 
-The reference is what TensorFlow Addons' AdamW runs: TensorFlow's gradient-descent kernel with
-``delta = var`` (the decay), then TensorFlow's ``ResourceApplyAdam``. The fused kernel must give
-those bits exactly, in every dtype those kernels take, on small and large variables (large ones
-were compiled with XLA before the kernel existed), eagerly and in ``tf.function``; inside a
-whole-step XLA compile, and where the kernel is off or cannot be built, the step falls back.
+The reference is what TensorFlow Addons' AdamW and MovingAverage run: TensorFlow's
+gradient-descent kernel with ``delta = var`` (the decay), then TensorFlow's
+``ResourceApplyAdam``, then the average's gradient-descent kernel with ``delta = average - var``.
+The fused kernels must give those bits exactly, in every dtype those kernels take, on small and
+large variables (large ones were compiled with XLA before the kernels existed), eagerly and in
+``tf.function``; inside a whole-step XLA compile, and where the kernels are off or cannot be
+built, the step falls back.
 """
 
 import os
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from optimizers import AdamW, MovingAverage, kernels
+from optimizers import Adam, AdamW, MovingAverage, kernels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {"small": (300, 7), "large": (600, 1000)}  # the large one is over compiled.BATCH_MAX_ELEMENTS
@@ -31,22 +33,29 @@ def _problem(dtype, shape, seed=0):
     return init, grads
 
 
-def _reference(init, grads, dtype, weight_decay, learning_rate, epsilon):
-    """TensorFlow's kernels, as TensorFlow Addons' AdamW calls them (hyperparameters in float32
-    variables, cast to the variable's dtype; epsilon a number, converted to it)."""
+def _reference(init, grads, dtype, weight_decay, learning_rate, epsilon, average_rate=None):
+    """TensorFlow's kernels, as TensorFlow Addons' AdamW (and MovingAverage around it) calls them
+    (hyperparameters in float32 variables, cast to the variable's dtype; epsilon a number,
+    converted to it): ``var, m, v`` and, with ``average_rate``, the average (from ``init``)."""
     var = tf.Variable(init, dtype=dtype)
-    m, v = tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var))
+    m, v, average = tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var)), tf.Variable(var)
 
     def c(x):
         return tf.cast(tf.constant(x, tf.float32), dtype)
 
     for step, grad in enumerate(grads, start=1):
-        tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=c(weight_decay), delta=var.value())
+        if weight_decay:
+            tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=c(weight_decay), delta=var.value())
         tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle, grad=grad,
                                      beta1_power=tf.cast(c(BETA_1) ** step, dtype),
                                      beta2_power=tf.cast(c(BETA_2) ** step, dtype), lr=c(learning_rate),
                                      beta1=c(BETA_1), beta2=c(BETA_2), epsilon=tf.constant(epsilon, dtype))
-    return var.numpy(), m.numpy(), v.numpy()
+        if average_rate is not None:
+            tf.raw_ops.ResourceApplyGradientDescent(var=average.handle, alpha=c(average_rate), delta=average - var)
+    return (var.numpy(), m.numpy(), v.numpy()) + ((average.numpy(),) if average_rate is not None else ())
+
+
+FUSED_OPS = {"DecayedApplyAdam", "ApplyAdamAverage", "DecayedApplyAdamAverage"}
 
 
 def _uses_fused_kernel(function, *args) -> bool:
@@ -54,14 +63,14 @@ def _uses_fused_kernel(function, *args) -> bool:
     ops = {op.type for op in graph.get_operations()}
     for f in graph.as_graph_def().library.function:
         ops.update(node.op for node in f.node_def)
-    return "DecayedApplyAdam" in ops
+    return bool(FUSED_OPS & ops)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_the_fused_kernel_gives_the_bits_of_the_decay_op_then_tensorflows_adam_kernel(dtype, size, mode):
-    assert kernels.decayed_apply_adam(tf.Variable(1.0)) is not None, "the kernel builds on this machine"
+    assert kernels.fused_adam(tf.Variable(1.0), True, False) is not None, "the kernels build on this machine"
     epsilon = 1e-3 if dtype in (tf.float16, tf.bfloat16) else 1e-7
     init, grads = _problem(dtype, SHAPES[size])
     var = tf.Variable(init, dtype=dtype)
@@ -137,16 +146,32 @@ def test_under_mirrored_strategy_each_replica_takes_the_kernel(mirrored):
         np.testing.assert_array_equal(replica_value.numpy(), expected)
 
 
-def test_a_moving_average_follows_the_kernels_step():
-    init, grads = _problem(tf.float32, SHAPES["large"])
-    var = tf.Variable(init, dtype=tf.float32)
-    opt = MovingAverage(AdamW(0.01, learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2), average_decay=0.5)
-    average = init.astype(np.float32)
-    for grad in grads:
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("size", sorted(SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("decayed", [True, False], ids=["adamw", "adam"])
+def test_a_moving_average_fused_into_the_kernel_gives_the_bits_of_tensorflows_kernels(decayed, dtype, size, mode):
+    """``MovingAverage(AdamW)`` and ``MovingAverage(Adam)``: the average runs in the inner kernel's
+    pass, with the bits of the average's own gradient-descent kernel after the step."""
+    epsilon = 1e-3 if dtype in (tf.float16, tf.bfloat16) else 1e-7
+    init, grads = _problem(dtype, SHAPES[size])
+    var = tf.Variable(init, dtype=dtype)
+    inner = (AdamW(0.01, learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2, epsilon=epsilon) if decayed
+             else Adam(learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2, epsilon=epsilon))
+    opt = MovingAverage(inner, average_decay=0.75)
+
+    def step(grad):
         opt.apply_gradients([(grad, var)])
-        average = average - (average - var.numpy()) * np.float32(0.5)
-    np.testing.assert_array_equal(var.numpy(), _reference(init, grads, tf.float32, 0.01, 0.1, 1e-7)[0])
-    np.testing.assert_allclose(opt.get_slot(var, "average").numpy(), average, rtol=1e-6, atol=1e-7)
+
+    if mode == "function":
+        step = tf.function(step)
+        assert _uses_fused_kernel(step, grads[0])
+    for grad in grads:
+        step(grad)
+    expected = _reference(init, grads, dtype, 0.01 if decayed else 0.0, 0.1, epsilon, average_rate=0.25)
+    for ours, theirs in zip((var, inner.get_slot(var, "m"), inner.get_slot(var, "v"), opt.get_slot(var, "average")),
+                            expected):
+        np.testing.assert_array_equal(ours.numpy(), theirs)
 
 
 _FALLBACK = textwrap.dedent("""
@@ -161,16 +186,16 @@ _FALLBACK = textwrap.dedent("""
         for _ in range(3):
             step(tf.ones([3, 4]))
     ops = {op.type for op in step.get_concrete_function(tf.ones([3, 4])).graph.get_operations()}
-    print(json.dumps({"fused": "DecayedApplyAdam" in ops, "var": var.numpy().tolist(),
+    print(json.dumps({"fused": bool({"DecayedApplyAdam", "DecayedApplyAdamAverage"} & ops), "var": var.numpy().tolist(),
                       "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}))
 """)
 
 
-def _run_fallback(tmp_path, **env) -> dict:
+def _run_fallback(**env) -> dict:
     import json
 
     result = subprocess.run([sys.executable, "-c", _FALLBACK], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OPTIMIZERS_KERNEL_CACHE": str(tmp_path / "cache"), **env})
+                            env={**os.environ, **env})
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -178,13 +203,13 @@ def _run_fallback(tmp_path, **env) -> dict:
 @pytest.mark.parametrize("why", ["turned_off", "build_fails"])
 def test_without_the_kernel_the_step_falls_back_with_the_same_numbers(tmp_path, why):
     env = {"OPTIMIZERS_NATIVE_KERNELS": "0"} if why == "turned_off" else {"CXX": "/bin/false"}
-    ours = _run_fallback(tmp_path, **env)
+    ours = _run_fallback(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), **env)  # nothing built there yet
     assert not ours["fused"]
     if why == "build_fails":  # said once, with what to expect
-        assert len(ours["warnings"]) == 1 and "AdamW's fused kernel is not available" in ours["warnings"][0]
+        assert len(ours["warnings"]) == 1 and "Adam's fused kernels are not available" in ours["warnings"][0]
         assert "Building" in ours["warnings"][0] and "failed" in ours["warnings"][0]
     else:
         assert ours["warnings"] == []
-    fused = _run_fallback(tmp_path)  # builds into tmp_path's cache
+    fused = _run_fallback()  # the kernels this machine has built (the tests above use them)
     assert fused["fused"] and fused["warnings"] == []
     assert ours["var"] == fused["var"]

@@ -1,17 +1,19 @@
 """Fused CPU kernels of this library, built on this machine against the installed TensorFlow.
 
 TensorFlow has no fused kernel for decoupled weight decay followed by Adam (TensorFlow Addons'
-AdamW): it takes a decay op, one more pass over each variable, then ``ResourceApplyAdam``.
-``decayed_adam.cc`` is that step as one kernel, giving the same bits in one pass over memory
-(``benchmarks/bench_adamw.py``). It is compiled once per TensorFlow version, compiler and source
-(a few seconds, with TensorFlow's own compile flags and no FMA contraction, so that the bits are
-those of TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
+AdamW): it takes a decay op, one more pass over each variable, then ``ResourceApplyAdam``; and a
+moving average of the weights (``MovingAverage``) takes two more ops after it. ``fused_adam.cc``
+is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
+same bits in one pass over memory (``benchmarks/bench_adamw.py``,
+``benchmarks/bench_moving_average.py``). It is compiled once per TensorFlow version, compiler and
+source (about a minute, with TensorFlow's own compile flags and no FMA contraction, so that the
+bits are those of TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
 ``~/.cache/custom-optimizer-v2``), and loaded with ``tf.load_op_library``.
 
 Where it cannot be built (no C++ compiler, another OS, a failed build) or is turned off
-(``OPTIMIZERS_NATIVE_KERNELS=0``), :func:`decayed_apply_adam` returns ``None`` and the step runs
-as before, with the same numbers: the decay op, then TensorFlow's kernel. It is used only on
-this process's own CPU devices and outside XLA (which cannot compile it); ``python -m
+(``OPTIMIZERS_NATIVE_KERNELS=0``), :func:`fused_adam` returns ``None`` and the step runs as
+before, with the same numbers: TensorFlow's kernels one after the other. It is used only on this
+process's own CPU devices and outside XLA (which cannot compile it); ``python -m
 optimizers.kernels`` builds it ahead of time and prints where it is.
 """
 
@@ -31,12 +33,15 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["decayed_apply_adam", "library_path", "build"]
+__all__ = ["fused_adam", "library_path", "build"]
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decayed_adam.cc")
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused_adam.cc")
 # -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels.
 # AVX is the baseline TensorFlow's x86 wheels require; nothing newer is assumed.
-_FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off"] + (["-mavx"] if platform.machine() in ("x86_64", "AMD64") else [])
+_FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off", "-w"] + (
+    ["-mavx"] if platform.machine() in ("x86_64", "AMD64") else [])
+_OPS = {(True, False): "decayed_apply_adam", (False, True): "apply_adam_average",
+        (True, True): "decayed_apply_adam_average"}
 _state: dict[str, Any] = {}
 
 
@@ -60,7 +65,7 @@ def library_path() -> str | None:
     digest.update(subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout)
     root = os.environ.get("OPTIMIZERS_KERNEL_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "custom-optimizer-v2")
-    return os.path.join(root, f"tf{tf.__version__}-{digest.hexdigest()[:16]}", "decayed_adam.so")
+    return os.path.join(root, f"tf{tf.__version__}-{digest.hexdigest()[:16]}", "fused_adam.so")
 
 
 def build() -> str:
@@ -75,7 +80,7 @@ def build() -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(path):
             with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as scratch:
-                output = os.path.join(scratch, "decayed_adam.so")
+                output = os.path.join(scratch, "fused_adam.so")
                 result = subprocess.run(_command(_compiler(), output), capture_output=True, text=True, check=False)
                 if result.returncode != 0:
                     raise RuntimeError(f"Building {_SOURCE} failed:\n{result.stderr[-4000:]}")
@@ -91,9 +96,9 @@ def _library() -> Any:
             try:
                 _state["library"] = tf.load_op_library(build())
             except (RuntimeError, OSError, tf.errors.OpError) as error:
-                warnings.warn(f"AdamW's fused kernel is not available, its steps take the decay op, then "
-                              f"TensorFlow's Adam kernel (the same numbers, one more pass over memory): {error}",
-                              RuntimeWarning, stacklevel=3)
+                warnings.warn(f"Adam's fused kernels are not available: AdamW's and MovingAverage's steps take "
+                              f"TensorFlow's kernels one after the other (the same numbers, more passes over "
+                              f"memory): {error}", RuntimeWarning, stacklevel=3)
     return _state["library"]
 
 
@@ -116,11 +121,14 @@ def _runs_here(var: Any) -> bool:
     return _place(spec) in _state["cpus"]
 
 
-def decayed_apply_adam(var: Any) -> Any:
-    """The fused decay-then-Adam op for ``var`` (called with ``ResourceApplyAdam``'s arguments plus
-    ``decay``), or ``None`` where it is not available: not built, not a local CPU, inside XLA."""
+def fused_adam(var: Any, decay: bool, average: bool) -> Any:
+    """The fused Adam op for ``var`` with the decay before it (``decay``), the moving average
+    after it (``average``), or both, called with ``ResourceApplyAdam``'s arguments plus
+    ``decay``, and ``average`` and ``average_rate``; or ``None`` where it is not available: not
+    built, not a local CPU, inside XLA."""
     with contextlib.suppress(ValueError):  # a device string TensorFlow cannot parse: not ours to run
         if _runs_here(var):
             library = _library()
-            return None if library is None else library.decayed_apply_adam
+            op = _OPS.get((decay, average))  # neither: TensorFlow's own Adam kernel is that
+            return None if library is None or op is None else getattr(library, op)
     return None

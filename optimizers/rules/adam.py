@@ -102,18 +102,23 @@ class Adam(CustomOptimizerV2):
             return None
         return kernel_if_unchanged(self, Adam, ("prepare", "update_dense", "_update"), var, self._fused_step)
 
-    def decayed_dense_kernel(self, var, options):
-        """The decay and Adam's kernel as one fused kernel (``optimizers.kernels``: the same bits in
-        one pass over memory), where it is built and ``var`` is on this process's CPU, outside XLA."""
-        op = kernels.decayed_apply_adam(var) if self.dense_kernel(var, options) is not None else None
-        return None if op is None else functools.partial(self._decayed_fused_step, op)
+    def fused_dense_kernel(self, var, options, decay, average):
+        """The decay, Adam's kernel and the average as one kernel (``optimizers.kernels``: the bits
+        of TensorFlow's kernels in one pass over memory), where it is built and ``var`` is on this
+        process's CPU, outside XLA."""
+        op = kernels.fused_adam(var, decay, average) if self.dense_kernel(var, options) is not None else None
+        return None if op is None else functools.partial(self._fused_kernel_step, op, decay)
 
     @staticmethod
-    def _decayed_fused_step(op, grad, var, slots, coefficients):
+    def _fused_kernel_step(op, decay, grad, var, slots, coefficients, **extra):
+        if decay:
+            extra["decay"] = coefficients["weight_decay_factor"]
+        if "average" in extra:
+            extra["average"] = extra["average"].handle
         return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, grad=grad,
                   beta1_power=coefficients["beta_1_power"], beta2_power=coefficients["beta_2_power"],
                   lr=coefficients["learning_rate"], beta1=coefficients["beta_1"], beta2=coefficients["beta_2"],
-                  epsilon=coefficients["epsilon"], decay=coefficients["weight_decay_factor"])
+                  epsilon=coefficients["epsilon"], **extra)
 
     def _fused_step(self, grad, var, slots, coefficients):
         return tf.raw_ops.ResourceApplyAdam(

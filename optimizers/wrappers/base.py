@@ -225,6 +225,13 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         """:meth:`after_step` of ``var`` as ops that are never compiled (a fused kernel). Defaults to none."""
         return None
 
+    def after_step_as_average(self, var: tf.Variable) -> tuple[str, str] | None:
+        """``(slot, coefficient)`` when :meth:`after_step` of ``var`` is exactly the moving average
+        :math:`a \\leftarrow a - (a - \\theta)\\,r` of the variable (``a`` that slot, ``r`` that
+        coefficient), so that the inner rule's fused kernel may run it in its own pass over memory
+        (``UpdateRule.fused_dense_kernel``: Adam's). Defaults to none."""
+        return None
+
     # --------------------------------------------------------- inner optimizer
     @property
     def inner_optimizer(self) -> OptimizerV2:

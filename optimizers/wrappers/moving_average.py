@@ -140,6 +140,12 @@ class MovingAverage(AveragingWrapper):
         return kernel_if_unchanged(self, MovingAverage, ("prepare", "after_step", "average_step"), var,
                                    self._average_kernel)
 
+    def after_step_as_average(self, var):
+        """The average is :math:`a \\leftarrow a - (a - \\theta_t)(1 - d_t)`: the inner Adam's fused
+        kernel runs it in its own pass (when a subclass changes none of it)."""
+        return kernel_if_unchanged(self, MovingAverage, ("prepare", "after_step", "average_step"), var,
+                                   ("average", "one_minus_decay"))
+
     def _average_kernel(self, var, slots, coefficients):
         average = slots["average"]
         return tf.raw_ops.ResourceApplyGradientDescent(var=average.handle, alpha=coefficients["one_minus_decay"],

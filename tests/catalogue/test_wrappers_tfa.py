@@ -211,10 +211,14 @@ def test_h5_of_a_tfa_wrapper_around_a_tfa_optimizer_loads_into_ours(tmp_path, mo
     for model in (loaded, theirs):
         model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     assert int(loaded.optimizer.iterations.numpy()) == int(theirs.optimizer.iterations.numpy()) == 12
+    # Equal to 2 units in the last place: in model.fit's tf.function, grappler's arithmetic optimizer
+    # rewrites TFA's trust ratio w_norm / g_norm (g_norm a square root), with a rounding that depends
+    # on the machine (equal bits on some, one ulp on others); LAMB's own parity, step by step, is
+    # tests/catalogue/test_layerwise_tfa.py's.
     for ours_var, theirs_var in zip(loaded.trainable_variables, theirs.trainable_variables):
-        np.testing.assert_array_equal(ours_var.numpy(), theirs_var.numpy())
-        np.testing.assert_array_equal(loaded.optimizer.get_slot(ours_var, "average").numpy(),
-                                      theirs.optimizer.get_slot(theirs_var, "average").numpy())
+        np.testing.assert_array_max_ulp(ours_var.numpy(), theirs_var.numpy(), maxulp=2)
+        np.testing.assert_array_max_ulp(loaded.optimizer.get_slot(ours_var, "average").numpy(),
+                                        theirs.optimizer.get_slot(theirs_var, "average").numpy(), maxulp=2)
 
 
 def test_nested_wrappers_count_every_step_where_tfa_s_innermost_counter_stays_at_zero():

@@ -6,8 +6,7 @@ goal is <= 1.6x Adam alone (TFA's MovingAverage measures 2.15x).
 shown for comparison. Around a template-made AdamW, the average update runs in
 the inner step's own pass over memory (``optimizers.kernels``: the decay, Adam
 and the average in one C++ kernel; one more slot read and written): goal
-<= 1.25x Adam alone, under the memory floor of that pass (9 arrays read or
-written against Adam's 7: about 1.29x).
+<= 1.25x Adam alone.
 """
 
 from benchmarks.common import Case, compare

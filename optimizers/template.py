@@ -540,17 +540,15 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         and whether it runs the running wrapper's ``after_step`` too: a moving average
         (``OptimizerWrapper.after_step_as_average``) fused into the rule's kernel
         (``UpdateRule.fused_dense_kernel``), one pass over memory instead of two."""
-        after = self._after_inputs(var, apply_state)
-        if after is not None:
-            wrapper, after_slots, after_coefficients = after
-            names = wrapper.after_step_as_average(var)
-            decayed = bool(options.get("decayed"))
-            if names is not None and (not decayed or getattr(rule, "weight_decay_placement", None) == "before"):
-                fused = rule.fused_dense_kernel(var, options, decayed, True)
-                if fused is not None:
-                    slot, rate = names
-                    return functools.partial(fused, average=after_slots[slot],
-                                             average_rate=after_coefficients[rate]), True
+        wrapper = self._after_update
+        names = wrapper.after_step_as_average(var) if wrapper is not None and wrapper.wraps(var) else None
+        decayed = bool(options.get("decayed"))
+        if names is not None and (not decayed or getattr(rule, "weight_decay_placement", None) == "before"):
+            fused = rule.fused_dense_kernel(var, options, decayed, True)
+            if fused is not None:
+                _, after_slots, after_coefficients = self._after_inputs(var, apply_state)
+                slot, rate = names
+                return functools.partial(fused, average=after_slots[slot], average_rate=after_coefficients[rate]), True
         return self._dense_kernel(rule, var, options), False
 
     def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:

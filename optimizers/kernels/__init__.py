@@ -113,12 +113,15 @@ def _runs_here(var: Any) -> bool:
     process, has not loaded the library) and outside XLA."""
     from optimizers.keras_compat import in_xla_context
 
-    spec = tf.DeviceSpec.from_string(var.device)
-    if spec.device_type != "CPU" or in_xla_context():
+    if in_xla_context():
         return False
-    if "cpus" not in _state:
-        _state["cpus"] = {_place(tf.DeviceSpec.from_string(d.name)) for d in tf.config.list_logical_devices("CPU")}
-    return _place(spec) in _state["cpus"]
+    here = _state.setdefault("here", {})  # device string -> whether it is a CPU of this process
+    if var.device not in here:
+        spec = tf.DeviceSpec.from_string(var.device)
+        if "cpus" not in _state:
+            _state["cpus"] = {_place(tf.DeviceSpec.from_string(d.name)) for d in tf.config.list_logical_devices("CPU")}
+        here[var.device] = spec.device_type == "CPU" and _place(spec) in _state["cpus"]
+    return here[var.device]
 
 
 def fused_adam(var: Any, decay: bool, average: bool) -> Any:

@@ -391,18 +391,30 @@ def test_a_subclass_changing_the_rule_does_not_take_the_parents_kernel():
     np.testing.assert_allclose(plain.numpy(), expected, **TOLERANCE[tf.float32])
 
 
-def test_a_large_decayed_variable_keeps_its_compiled_step():
-    """The decay of a variable compiled alone stays fused into its compiled pass; its numbers
-    are those of the decay then the fused kernel, to rounding."""
+@pytest.mark.parametrize("fused", [True, False], ids=["fused_kernel", "without_it"])
+def test_a_large_decayed_variable_takes_the_fused_kernel_or_else_its_compiled_step(fused):
+    """A variable compiled alone takes AdamW's fused decay-and-Adam kernel (``optimizers.kernels``):
+    nothing compiled, the bits of the decay then the fused kernel. Where that kernel is not (a
+    rule without one, here turned off), the decay stays fused into its compiled pass, with those
+    numbers to rounding."""
     from optimizers.compiled import BATCH_MAX_ELEMENTS, compiled_function_count
+
+    class WithoutFusedKernel(optimizers.AdamW):
+        def fused_dense_kernel(self, var, options, decay, average):
+            return None
 
     rng = np.random.RandomState(0)
     init = rng.randn(BATCH_MAX_ELEMENTS + 1).astype(np.float32)
-    ours, peer = optimizers.AdamW(0.125, 0.01), _decayed(keras.optimizers.legacy.Adam, 0.125)(0.01)
+    ours = (optimizers.AdamW if fused else WithoutFusedKernel)(0.125, 0.01)
+    peer = _decayed(keras.optimizers.legacy.Adam, 0.125)(0.01)
     small, mine, theirs = tf.Variable([1.0, 2.0]), tf.Variable(init), tf.Variable(init)
     for _ in range(3):
         grad = tf.constant(rng.randn(init.size).astype(np.float32))
         ours.apply_gradients([(grad, mine), (tf.constant([0.5, 0.5]), small)])
         peer.apply_gradients([(grad, theirs)])
-    assert compiled_function_count(ours) == 1  # the large variable's; the small one took the kernel
-    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), **TOLERANCE[tf.float32])
+    if fused:
+        assert compiled_function_count(ours) == 0
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    else:
+        assert compiled_function_count(ours) == 1  # the large variable's; the small one took the kernel
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), **TOLERANCE[tf.float32])

@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.keras_compat import keras
+from optimizers.keras_compat import keras, optimizer_chain
 from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["MovingAverageCallback", "averaged_weights"]
@@ -18,10 +18,8 @@ def averaging_optimizer(model: Any, user: str) -> AveragingWrapper:
     """The averaging wrapper ``model`` is compiled with, also inside a ``LossScaleOptimizer`` or
     other wrappers (``GradientAccumulation(MovingAverage(...))``); else a ``TypeError`` that
     names ``user``."""
-    optimizer = model.optimizer
-    while not isinstance(optimizer, AveragingWrapper) and getattr(optimizer, "inner_optimizer", None) is not None:
-        optimizer = optimizer.inner_optimizer
-    if not isinstance(optimizer, AveragingWrapper):
+    optimizer = next((each for each in optimizer_chain(model.optimizer) if isinstance(each, AveragingWrapper)), None)
+    if optimizer is None:
         raise TypeError(f"{user} needs a model compiled with an averaging wrapper (MovingAverage or SWA), possibly "
                         f"inside a LossScaleOptimizer or another wrapper. Received: model.optimizer={model.optimizer!r}")
     return optimizer

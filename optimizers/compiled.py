@@ -50,7 +50,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.keras_compat import is_plain_resource_variable
+from optimizers.keras_compat import is_plain_resource_variable, optimizer_chain
 
 __all__ = ["CompiledSteps", "BATCH_MAX_ELEMENTS", "CHUNK_SIZES", "batchable", "alone", "compiled_function_count"]
 
@@ -179,11 +179,5 @@ def compiled_function_count(optimizer: Any) -> int:
     by ``len(CHUNK_SIZES)`` per signature group (rule, shape, dtype, options) of the variables it
     has updated (a wrapper's ``after_step`` fused in), or, for a wrapper around another optimizer,
     ``len(CHUNK_SIZES)`` per shape and dtype for its own compiled step."""
-    total, seen = 0, set()
-    while optimizer is not None and id(optimizer) not in seen:
-        seen.add(id(optimizer))
-        steps = getattr(optimizer, "_compiled", None)
-        if isinstance(steps, CompiledSteps):
-            total += steps.function_count
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-    return total
+    steps = (getattr(each, "_compiled", None) for each in optimizer_chain(optimizer))
+    return sum(s.function_count for s in steps if isinstance(s, CompiledSteps))

@@ -13,6 +13,7 @@ module: one place to fix when ``tf-keras`` changes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -127,6 +128,16 @@ def on_this_device(value: Any) -> Any:
     if isinstance(value, tf.distribute.DistributedValues):
         return value._get_on_device_or_primary()
     return value
+
+
+def optimizer_chain(optimizer: Any) -> Iterator[Any]:
+    """``optimizer``, then the optimizer it wraps (``inner_optimizer``: a wrapper's, a
+    ``LossScaleOptimizer``'s), and so on down, each once."""
+    seen = set()
+    while optimizer is not None and id(optimizer) not in seen:
+        seen.add(id(optimizer))
+        yield optimizer
+        optimizer = getattr(optimizer, "inner_optimizer", None)
 
 
 def in_xla_context() -> bool:

@@ -49,7 +49,7 @@ def call_hook(rule: Any, hook: str, *args: Any) -> Any:
 def kernel_if_unchanged(rule: Any, owner: type, hooks: Sequence[str], var: tf.Variable,
                         kernel: Callable) -> Callable | None:
     """``kernel`` (``owner``'s uncompiled step of ``var``: ``UpdateRule.dense_kernel``,
-    ``OptimizerWrapper.after_kernel``) if ``rule``'s class still has ``owner``'s ``hooks`` (a
+    ``OptimizerWrapper.after_kernel``, or what stands for it: ``after_step_as_average``'s names) if ``rule``'s class still has ``owner``'s ``hooks`` (a
     subclass that changes the step must not inherit the kernel) and ``var``'s dtype is one of
     :data:`KERNEL_DTYPES`; else ``None``."""
     unchanged = all(getattr(type(rule), hook) is getattr(owner, hook) for hook in hooks)

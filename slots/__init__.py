@@ -131,18 +131,15 @@ def slot_memory(optimizer: Any) -> dict[str, int]:
         ``{slot_name: bytes}``, sorted by slot name, a name two of the optimizers
         use summed; empty before the first step.
     """
-    from optimizers.keras_compat import is_sharded_variable, slot_dict
+    from optimizers.keras_compat import is_sharded_variable, optimizer_chain, slot_dict
 
     totals: dict[str, int] = {}
-    seen: set[int] = set()
-    while optimizer is not None and id(optimizer) not in seen:
-        seen.add(id(optimizer))
-        slot_dicts: Mapping[Any, Mapping[str, Any]] = slot_dict(optimizer)
+    for each in optimizer_chain(optimizer):
+        slot_dicts: Mapping[Any, Mapping[str, Any]] = slot_dict(each)
         for per_var in slot_dicts.values():
             for name, slot in per_var.items():
                 if is_sharded_variable(slot):
                     continue  # its shards are counted as variables of their own
                 nbytes = slot.shape.num_elements() * slot.dtype.size
                 totals[name] = totals.get(name, 0) + nbytes
-        optimizer = getattr(optimizer, "inner_optimizer", None)
     return dict(sorted(totals.items()))

@@ -66,16 +66,12 @@ def _uses_fused_kernel(function, *args) -> bool:
     return bool(FUSED_OPS & ops)
 
 
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("size", sorted(SHAPES))
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-def test_the_fused_kernel_gives_the_bits_of_the_decay_op_then_tensorflows_adam_kernel(dtype, size, mode):
-    assert kernels.fused_adam(tf.Variable(1.0), True, False) is not None, "the kernels build on this machine"
-    epsilon = 1e-3 if dtype in (tf.float16, tf.bfloat16) else 1e-7
-    init, grads = _problem(dtype, SHAPES[size])
-    var = tf.Variable(init, dtype=dtype)
-    opt = AdamW(0.01, learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2, epsilon=epsilon)
+def _epsilon(dtype):
+    return 1e-3 if dtype in (tf.float16, tf.bfloat16) else 1e-7
 
+
+def _train(opt, var, grads, mode):
+    """One ``apply_gradients`` per gradient, eagerly or in a ``tf.function`` that must hold a fused op."""
     def step(grad):
         opt.apply_gradients([(grad, var)])
 
@@ -84,6 +80,18 @@ def test_the_fused_kernel_gives_the_bits_of_the_decay_op_then_tensorflows_adam_k
         assert _uses_fused_kernel(step, grads[0])
     for grad in grads:
         step(grad)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("size", sorted(SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_the_fused_kernel_gives_the_bits_of_the_decay_op_then_tensorflows_adam_kernel(dtype, size, mode):
+    assert kernels.fused_adam(tf.Variable(1.0), True, False) is not None, "the kernels build on this machine"
+    epsilon = _epsilon(dtype)
+    init, grads = _problem(dtype, SHAPES[size])
+    var = tf.Variable(init, dtype=dtype)
+    opt = AdamW(0.01, learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2, epsilon=epsilon)
+    _train(opt, var, grads, mode)
     expected = _reference(init, grads, dtype, 0.01, 0.1, epsilon)
     for ours, theirs in zip((var, opt.get_slot(var, "m"), opt.get_slot(var, "v")), expected):
         np.testing.assert_array_equal(ours.numpy(), theirs)
@@ -153,21 +161,13 @@ def test_under_mirrored_strategy_each_replica_takes_the_kernel(mirrored):
 def test_a_moving_average_fused_into_the_kernel_gives_the_bits_of_tensorflows_kernels(decayed, dtype, size, mode):
     """``MovingAverage(AdamW)`` and ``MovingAverage(Adam)``: the average runs in the inner kernel's
     pass, with the bits of the average's own gradient-descent kernel after the step."""
-    epsilon = 1e-3 if dtype in (tf.float16, tf.bfloat16) else 1e-7
+    epsilon = _epsilon(dtype)
     init, grads = _problem(dtype, SHAPES[size])
     var = tf.Variable(init, dtype=dtype)
     inner = (AdamW(0.01, learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2, epsilon=epsilon) if decayed
              else Adam(learning_rate=0.1, beta_1=BETA_1, beta_2=BETA_2, epsilon=epsilon))
     opt = MovingAverage(inner, average_decay=0.75)
-
-    def step(grad):
-        opt.apply_gradients([(grad, var)])
-
-    if mode == "function":
-        step = tf.function(step)
-        assert _uses_fused_kernel(step, grads[0])
-    for grad in grads:
-        step(grad)
+    _train(opt, var, grads, mode)
     expected = _reference(init, grads, dtype, 0.01 if decayed else 0.0, 0.1, epsilon, average_rate=0.25)
     for ours, theirs in zip((var, inner.get_slot(var, "m"), inner.get_slot(var, "v"), opt.get_slot(var, "average")),
                             expected):

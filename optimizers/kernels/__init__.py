@@ -33,6 +33,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers.keras_compat import in_xla_context
+
 __all__ = ["fused_adam", "library_path", "build"]
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused_adam.cc")
@@ -111,8 +113,6 @@ def _place(spec: tf.DeviceSpec) -> tuple:
 def _runs_here(var: Any) -> bool:
     """Whether an op on ``var`` runs on a CPU of this process (a parameter server's CPU, another
     process, has not loaded the library) and outside XLA."""
-    from optimizers.keras_compat import in_xla_context
-
     if in_xla_context():
         return False
     here = _state.setdefault("here", {})  # device string -> whether it is a CPU of this process

@@ -24,6 +24,7 @@ from optimizers.keras_compat import (
     hyper_dict,
     is_plain_resource_variable,
     maybe_merge_call,
+    optimizer_chain,
     transform_unaggregated_gradients,
     variable_key,
 )
@@ -50,12 +51,8 @@ def _check_steps(value: Any) -> None:
 def _hyperparameter_checks(optimizer: Any) -> list:
     """The run-time hyperparameter checks of ``optimizer`` and the optimizers it wraps: a value
     the inner step would refuse is refused before the accumulators change."""
-    checks = []
-    while optimizer is not None:
-        if hasattr(optimizer, "checked_hyperparameters"):
-            checks += optimizer.checked_hyperparameters(optimizer.iterations)
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-    return checks
+    return [check for each in optimizer_chain(optimizer) if hasattr(each, "checked_hyperparameters")
+            for check in each.checked_hyperparameters(each.iterations)]
 
 
 def _accumulate(acc: tf.Variable, grad: Any, first: tf.Tensor, reduction: str) -> Any:
@@ -173,10 +170,11 @@ class GradientAccumulation(OptimizerWrapper):
         if not pairs:
             raise ValueError(f"No gradients provided for any variable. Received: grads_and_vars={grads_and_vars!r}")
         for grad, var in pairs:  # before anything is created or changed
-            if isinstance(grad, tf.IndexedSlices) and self._reduction(var) != "sum":
-                raise ValueError(f"GradientAccumulation cannot combine sparse gradients by {self._reduction(var)!r}: "
-                                 f"variable {var.name!r} has an updater with reduction={self._reduction(var)!r} "
-                                 f"(pass it dense gradients). Received: grad={grad!r}")
+            reduction = self._reduction(var)
+            if isinstance(grad, tf.IndexedSlices) and reduction != "sum":
+                raise ValueError(f"GradientAccumulation cannot combine sparse gradients by {reduction!r}: variable "
+                                 f"{var.name!r} has an updater with reduction={reduction!r} (pass it dense "
+                                 f"gradients). Received: grad={grad!r}")
         keys = frozenset(variable_key(v) for _, v in pairs)
         if self.__dict__.setdefault("_accumulated_keys", keys) != keys:  # an accumulator would miss a call
             raise ValueError("GradientAccumulation needs gradients for the same variables at every call (as "

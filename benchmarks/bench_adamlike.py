@@ -84,7 +84,7 @@ def cases() -> list[Case]:
     out = []
     for name in NAMES:
         for metric, what in ((0, ""), (1, ", CPU time")):
-            how = " (fused kernel)" if name == "LazyAdam" else " (XLA)"
+            how = " (XLA)" if name == "Lion" else " (fused kernel)"
             out.append(Case(f"adamlike {name}{how} / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
                             lambda n=name, m=metric: _pick(_default_stack(n), 0, 1, m)))
     if os.path.exists(TFA_PYTHON):

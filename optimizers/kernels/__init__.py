@@ -5,16 +5,18 @@ AdamW): it takes a decay op, one more pass over each variable, then ``ResourceAp
 moving average of the weights (``MovingAverage``) takes two more ops after it. ``fused_adam.cc``
 is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
 same bits in one pass over memory (``benchmarks/bench_adamw.py``,
-``benchmarks/bench_moving_average.py``). It is compiled once per TensorFlow version, compiler and
-source (about a minute, with TensorFlow's own compile flags and no FMA contraction, so that the
-bits are those of TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
+``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief and
+RectifiedAdam, each one kernel with the bits of TensorFlow Addons' ops (``benchmarks/bench_adamlike.py``).
+They are compiled once per TensorFlow version, compiler and source (about a minute, with
+TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
+TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
 ``~/.cache/custom-optimizer-v2``), and loaded with ``tf.load_op_library``.
 
-Where it cannot be built (no C++ compiler, another OS, a failed build) or is turned off
-(``OPTIMIZERS_NATIVE_KERNELS=0``), :func:`fused_adam` returns ``None`` and the step runs as
-before, with the same numbers: TensorFlow's kernels one after the other. It is used only on this
-process's own CPU devices and outside XLA (which cannot compile it); ``python -m
-optimizers.kernels`` builds it ahead of time and prints where it is.
+Where they cannot be built (no C++ compiler, another OS, a failed build) or are turned off
+(``OPTIMIZERS_NATIVE_KERNELS=0``), :func:`op` returns ``None`` and the step runs as before, with
+the same numbers: TensorFlow's kernels one after the other (Adam), or the rule's own step. They
+are used only on this process's own CPU devices and outside XLA (which cannot compile them);
+``python -m optimizers.kernels`` builds them ahead of time and prints where they are.
 """
 
 from __future__ import annotations
@@ -35,15 +37,19 @@ import tensorflow as tf
 
 from optimizers.keras_compat import in_xla_context
 
-__all__ = ["fused_adam", "library_path", "build"]
+__all__ = ["op", "fused_adam", "library_path", "build", "DTYPES"]
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused_adam.cc")
-# -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels.
-# AVX is the baseline TensorFlow's x86 wheels require; nothing newer is assumed.
-_FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off", "-w"] + (
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = [os.path.join(_HERE, name) for name in ("fused_adam.cc", "adaptive.cc")]
+_HEADERS = [os.path.join(_HERE, "fused_step.h")]
+# -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels;
+# -fno-math-errno, -fno-trapping-math: square roots and selections vectorize (the same values; no
+# errno or floating-point trap is ever read). AVX is the
+# baseline TensorFlow's x86 wheels require; nothing newer is assumed.
+_FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-w"] + (
     ["-mavx"] if platform.machine() in ("x86_64", "AMD64") else [])
-_OPS = {(True, False): "decayed_apply_adam", (False, True): "apply_adam_average",
-        (True, True): "decayed_apply_adam_average"}
+_OPS = {(True, False): "DecayedApplyAdam", (False, True): "ApplyAdamAverage",
+        (True, True): "DecayedApplyAdamAverage"}
 _state: dict[str, Any] = {}
 
 
@@ -52,7 +58,7 @@ def _compiler() -> str | None:
 
 
 def _command(compiler: str, output: str) -> list[str]:
-    return [compiler, *_FLAGS, _SOURCE, "-o", output, *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+    return [compiler, *_FLAGS, *_SOURCES, "-o", output, *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
 def library_path() -> str | None:
@@ -61,13 +67,15 @@ def library_path() -> str | None:
     compiler = _compiler()
     if compiler is None or not sys.platform.startswith("linux"):
         return None
-    with open(_SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read())
+    digest = hashlib.sha256()
+    for source in _SOURCES + _HEADERS:
+        with open(source, "rb") as f:
+            digest.update(f.read())
     digest.update(" ".join(_command(compiler, "")).encode())
     digest.update(subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout)
     root = os.environ.get("OPTIMIZERS_KERNEL_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "custom-optimizer-v2")
-    return os.path.join(root, f"tf{tf.__version__}-{digest.hexdigest()[:16]}", "fused_adam.so")
+    return os.path.join(root, f"tf{tf.__version__}-{digest.hexdigest()[:16]}", "optimizers_kernels.so")
 
 
 def build() -> str:
@@ -82,10 +90,10 @@ def build() -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(path):
             with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as scratch:
-                output = os.path.join(scratch, "fused_adam.so")
+                output = os.path.join(scratch, os.path.basename(path))
                 result = subprocess.run(_command(_compiler(), output), capture_output=True, text=True, check=False)
                 if result.returncode != 0:
-                    raise RuntimeError(f"Building {_SOURCE} failed:\n{result.stderr[-4000:]}")
+                    raise RuntimeError(f"Building {' '.join(_SOURCES)} failed:\n{result.stderr[-4000:]}")
                 os.replace(output, path)  # atomic: a reader never sees half a file
     return path
 
@@ -98,9 +106,10 @@ def _library() -> Any:
             try:
                 _state["library"] = tf.load_op_library(build())
             except (RuntimeError, OSError, tf.errors.OpError) as error:
-                warnings.warn(f"Adam's fused kernels are not available: AdamW's and MovingAverage's steps take "
-                              f"TensorFlow's kernels one after the other (the same numbers, more passes over "
-                              f"memory): {error}", RuntimeWarning, stacklevel=3)
+                warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
+                              f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's and "
+                              f"RectifiedAdam's their compiled steps (the same numbers or within rounding, "
+                              f"more passes over memory): {error}", RuntimeWarning, stacklevel=3)
     return _state["library"]
 
 
@@ -124,14 +133,33 @@ def _runs_here(var: Any) -> bool:
     return here[var.device]
 
 
-def fused_adam(var: Any, decay: bool, average: bool) -> Any:
-    """The fused Adam op for ``var`` with the decay before it (``decay``), the moving average
-    after it (``average``), or both, called with ``ResourceApplyAdam``'s arguments plus
-    ``decay``, and ``average`` and ``average_rate``; or ``None`` where it is not available: not
-    built, not a local CPU, inside XLA."""
+#: The variable dtypes of each op: Adam's take TensorFlow's optimizer kernels' four, the others float32 and float64.
+DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in _OPS.values()}
+DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam"),
+                            (tf.float32, tf.float64)))
+
+
+def op(var: Any, name: str) -> Any:
+    """The kernel library's op ``name`` (``"FusedApplyYogi"``, ...) as a Python function, for a
+    step of ``var``; or ``None`` where it is not available: not built, not a local CPU, inside XLA,
+    not one of the op's :data:`DTYPES`."""
+    if var.dtype.base_dtype not in DTYPES[name]:
+        return None
     with contextlib.suppress(ValueError):  # a device string TensorFlow cannot parse: not ours to run
         if _runs_here(var):
             library = _library()
-            op = _OPS.get((decay, average))  # neither: TensorFlow's own Adam kernel is that
-            return None if library is None or op is None else getattr(library, op)
+            return None if library is None else getattr(library, _snake_case(name))
     return None
+
+
+def _snake_case(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
+def fused_adam(var: Any, decay: bool, average: bool) -> Any:
+    """The fused Adam op for ``var`` with the decay before it (``decay``), the moving average
+    after it (``average``), or both, called with ``ResourceApplyAdam``'s arguments plus
+    ``decay``, and ``average`` and ``average_rate``; or ``None`` where it is not available (see
+    :func:`op`), or for neither (TensorFlow's own Adam kernel is that)."""
+    name = _OPS.get((decay, average))
+    return None if name is None else op(var, name)

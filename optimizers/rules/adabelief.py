@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool
-from optimizers.rules.rectified_adam import config_value, init_rectified, warmup_learning_rate
+from optimizers.rules.rectified_adam import config_value, init_rectified, rectified_kernel, warmup_learning_rate
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["AdaBelief"]
@@ -34,11 +34,13 @@ class AdaBelief(CustomOptimizerV2):
 
     A sparse step (TFA's rule): :math:`m` and :math:`s` decay on every row,
     the touched rows get the gradient terms (and :math:`\epsilon`); only the
-    touched rows of :math:`\theta` move (and are weight-decayed). With
-    ``jit_compile=False`` the numbers are TFA's bit for bit; with XLA (the
-    default) the dense step adds :math:`s`'s terms in the sparse step's order
-    (XLA then keeps no copy of the slot) and multiplies by per-step reciprocals
-    instead of dividing: equal within float rounding, 1.4x faster.
+    touched rows of :math:`\theta` move (and are weight-decayed). Without
+    AMSGrad, a dense step on this process's CPU is one kernel of this library
+    (``optimizers.kernels``) with TFA's bits; so is every step with
+    ``jit_compile=False``. Elsewhere the XLA dense step (the default) adds
+    :math:`s`'s terms in the sparse step's order (XLA then keeps no copy of the
+    slot) and multiplies by per-step reciprocals instead of dividing: equal
+    within float rounding.
 
     Differences from TFA (fixes): ``sma_threshold < 4`` is refused (TFA's
     :math:`r_t` is then NaN whenever :math:`2 < \rho_t < 4`) and ``epsilon=0``
@@ -97,6 +99,11 @@ class AdaBelief(CustomOptimizerV2):
         c["lr_t"] = warmup_learning_rate(c)
         c["epsilon"] = tf.constant(self.epsilon, dtype)
         c["inv_bias_1"], c["inv_sqrt_bias_2"] = 1.0 / c["bias_1"], tf.math.rsqrt(c["bias_2"])
+
+    def dense_kernel(self, var, options):
+        """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
+        and ``var`` is on this process's CPU, outside XLA; not with AMSGrad."""
+        return rectified_kernel(self, AdaBelief, var, options, ("bias_1", "bias_2"), rectify=self.rectify)
 
     def _step(self, var, m, v, c, fast=False):
         """``lr_t`` times the update of ``var`` (rows) from the new moments (rows); ``fast`` (XLA):

@@ -8,8 +8,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
+from optimizers.rule import kernel_if_unchanged
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["RectifiedAdam"]
@@ -67,6 +69,25 @@ def warmup_learning_rate(c: dict) -> Any:
     return tf.where(total > 0, warm, lr)
 
 
+def rectified_kernel(rule: CustomOptimizerV2, owner: type, var: tf.Variable, options: dict, corrections: tuple,
+                     **attrs: Any) -> Any:
+    """RectifiedAdam's or AdaBelief's (``owner``) dense step as one kernel of this library with TFA's
+    bits, where it is built and ``var`` is on this process's CPU, outside XLA; not with AMSGrad.
+    ``corrections``: the names of the two bias corrections ``prepare`` computes for it."""
+    if rule.amsgrad:
+        return None
+    op = kernels.op(var, f"FusedApply{owner.__name__}")
+    step = functools.partial(_rectified_kernel_step, op, corrections, dict(attrs, decayed=bool(options.get("decayed"))))
+    return None if op is None else kernel_if_unchanged(rule, owner, ("prepare", "update_dense", "_step"), var, step)
+
+
+def _rectified_kernel_step(op, corrections, attrs, grad, var, slots, c):
+    decay = c["weight_decay_factor"] if attrs["decayed"] else tf.zeros([], grad.dtype)
+    return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, lr=c["lr_t"], beta1=c["beta_1"],
+              beta2=c["beta_2"], epsilon=c["epsilon"], c1=c[corrections[0]], c2=c[corrections[1]], r_t=c["r_t"],
+              rectified=tf.cast(c["rectified"], grad.dtype), weight_decay=decay, grad=grad, **attrs)
+
+
 class RectifiedAdam(CustomOptimizerV2):
     r"""Rectified Adam (Liu et al., arXiv:1908.03265), TFA's numbers.
 
@@ -89,6 +110,8 @@ class RectifiedAdam(CustomOptimizerV2):
     over ``warmup_proportion * total_steps`` steps, then falls linearly to
     ``min_lr`` at ``total_steps``. A sparse step (TFA's rule) decays the
     moments of every row and updates (and weight-decays) the touched rows only.
+    Without AMSGrad, a dense step on this process's CPU is one kernel of this
+    library (``optimizers.kernels``) with TFA's bits.
 
     Differences from TFA (fixes): ``sma_threshold < 4`` is refused (TFA's
     :math:`r_t` is then NaN whenever :math:`2 < \rho_t < 4`) and ``epsilon=0``
@@ -143,6 +166,11 @@ class RectifiedAdam(CustomOptimizerV2):
         c["rectified"] = sma_t >= c["sma_threshold"]  # >= 4, checked at each step when it is a callable
         c["lr_t"] = warmup_learning_rate(c)
         c["epsilon"] = tf.constant(self.epsilon, dtype)
+
+    def dense_kernel(self, var, options):
+        """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
+        and ``var`` is on this process's CPU, outside XLA; not with AMSGrad."""
+        return rectified_kernel(self, RectifiedAdam, var, options, ("recip_1", "recip_2"))
 
     def _step(self, var, m, v, c):
         """``lr_t`` times the update of ``var`` (rows) from the new moments (rows)."""

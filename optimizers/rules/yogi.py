@@ -9,7 +9,9 @@ from typing import Any
 import tensorflow as tf
 
 import slots as slots_lib
+from optimizers import kernels
 from optimizers.hyperparameters import check_number
+from optimizers.rule import kernel_if_unchanged
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Yogi"]
@@ -40,8 +42,10 @@ class Yogi(CustomOptimizerV2):
     A sparse step (TFA's rule): :math:`m` decays on every row, the touched rows
     get the gradient; :math:`v` and :math:`\theta` change on the touched rows only.
     Slots are created variable by variable (``v``, then ``m``), as TFA does, so
-    ``get_weights()`` and ``.h5`` files line up with TFA's. With ``jit_compile=False``
-    the numbers are TFA's bit for bit; the XLA dense step (the default) multiplies
+    ``get_weights()`` and ``.h5`` files line up with TFA's. A dense step on this
+    process's CPU is one kernel of this library (``optimizers.kernels``; with
+    :math:`\beta_1 > 0` and ``"sign"``) with TFA's bits; so is every step with
+    ``jit_compile=False``. Elsewhere the XLA dense step (the default) multiplies
     the last line through by :math:`\sqrt v + \epsilon` (one division, not two):
     equal within float rounding.
 
@@ -105,6 +109,21 @@ class Yogi(CustomOptimizerV2):
         step, beta_1, beta_2 = coefficients["step"], coefficients["beta_1"], coefficients["beta_2"]
         coefficients["alpha"] = coefficients["learning_rate"] * tf.sqrt(1 - tf.pow(beta_2, step)) / (
             1 - tf.pow(beta_1, step))
+
+    def dense_kernel(self, var, options):
+        """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
+        and ``var`` is on this process's CPU, outside XLA; with an ``m`` slot and ``"sign"``."""
+        if not self._has_m or self.activation != "sign":
+            return None
+        op = kernels.op(var, "FusedApplyYogi")
+        return None if op is None else kernel_if_unchanged(
+            self, Yogi, ("prepare", "update_dense", "_new_v", "_new_var"), var, functools.partial(self._kernel_step, op))
+
+    @staticmethod
+    def _kernel_step(op, grad, var, slots, c):
+        return op(var=var.handle, v=slots["v"].handle, m=slots["m"].handle, alpha=c["alpha"], beta1=c["beta_1"],
+                  beta2=c["beta_2"], epsilon=c["epsilon"], l1=c["l1_regularization_strength"],
+                  l2=c["l2_regularization_strength"], grad=grad)
 
     def _new_v(self, grad2, v, coefficients):
         delta = grad2 - v

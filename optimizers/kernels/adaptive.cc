@@ -1,0 +1,173 @@
+// Dense steps of Yogi, AdaBelief and RectifiedAdam, each as one kernel (TensorFlow has none for
+// them; TensorFlow Addons runs each as a dozen element-wise ops, a pass over memory per op):
+//
+//   FusedApplyYogi            m <- m b1 + g (1 - b1);  v <- v + (1 - b2) sign(g^2 - v) g^2
+//                             r = alpha / (sqrt(v) + eps);  u = var - r m
+//                             var <- (u - r l1 sign(u)) / (1 + r l2) * [|u| > r l1]
+//   FusedApplyAdaBelief       m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) (g - m)^2 + eps
+//                             m' = m / c1;  s = sqrt(v / c2)
+//                             u = rectified ? r_t m' / (s + eps) : (rectify ? m' : m' / (s + eps))
+//   FusedApplyRectifiedAdam   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+//                             m' = m c1;  u = rectified ? r_t m' / (sqrt(v c2) + eps) : m'
+//   (both)                    var <- var - lr_t (u + wd var)   (without "+ wd var" unless decayed)
+//
+// In float32 and float64 (16-bit variables take the rule's own step). The per-step scalars
+// (alpha, c1, c2, r_t, lr_t, rectified as 0 or 1) come computed by the rule's `prepare`. Each element goes through the rounded operations of TensorFlow Addons' ops, in
+// their order (a * b * c is (a * b) * c), so the results are TFA's bits, in one pass over memory.
+#include <cmath>
+
+#include "fused_step.h"
+
+namespace {
+
+using namespace optimizers_kernels;  // NOLINT: this file's kernels are written in its terms
+
+// Eigen's sign (TensorFlow's Sign op): -1, 0 or 1, 0 for NaN.
+template <typename T>
+inline T Sign(T x) {
+  return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);  // selections of T only: full-width vectors
+}
+
+// Each step is a plain loop over the elements, one statement per TensorFlow op, which the compiler
+// vectorizes (Eigen's sign and select in a tensor expression are not: 4x slower), in a function of
+// its own: pointers that alias nothing and scalars passed by value.
+template <typename T>
+void YogiLoop(T* __restrict__ w, T* __restrict__ v, T* __restrict__ m, const T* __restrict__ g, Eigen::Index n,
+              T alpha, T beta1, T beta2, T epsilon, T l1, T l2) {
+  const T one_minus_beta1 = T(1) - beta1, one_minus_beta2 = T(1) - beta2;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const T m_t = m[i] * beta1 + g[i] * one_minus_beta1;
+    const T g2 = g[i] * g[i];
+    const T v_t = v[i] + one_minus_beta2 * Sign(g2 - v[i]) * g2;
+    const T rate = alpha / (std::sqrt(v_t) + epsilon);
+    const T u = w[i] - rate * m_t;
+    const T l1_rate = l1 * rate;
+    const T shrunk = (u - l1_rate * Sign(u)) / (T(1) + l2 * rate);
+    w[i] = shrunk * (std::fabs(u) > l1_rate ? T(1) : T(0));
+    m[i] = m_t;
+    v[i] = v_t;
+  }
+}
+
+// AdaBelief's (kBelief) or RectifiedAdam's step; kAdaptive: the step divided by the second moment
+// (rectified, or AdaBelief without rectification), scaled by r_t when kScaled; else the momentum's.
+template <typename T, bool kBelief, bool kAdaptive, bool kScaled, bool kDecayed>
+void RectifiedLoop(T* __restrict__ w, T* __restrict__ m, T* __restrict__ v, const T* __restrict__ g, Eigen::Index n,
+                   T lr, T beta1, T beta2, T epsilon, T c1, T c2, T r_t, T weight_decay) {
+  const T one_minus_beta1 = T(1) - beta1, one_minus_beta2 = T(1) - beta2;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const T m_t = beta1 * m[i] + one_minus_beta1 * g[i];
+    T v_t, m_corr, denominator;
+    if (kBelief) {
+      const T belief = g[i] - m_t;
+      v_t = beta2 * v[i] + one_minus_beta2 * (belief * belief) + epsilon;
+      m_corr = m_t / c1;
+      denominator = std::sqrt(v_t / c2) + epsilon;
+    } else {
+      v_t = beta2 * v[i] + one_minus_beta2 * (g[i] * g[i]);
+      m_corr = m_t * c1;
+      denominator = std::sqrt(v_t * c2) + epsilon;
+    }
+    T update = !kAdaptive ? m_corr : kScaled ? r_t * m_corr / denominator : m_corr / denominator;
+    if (kDecayed) update = update + weight_decay * w[i];
+    w[i] = w[i] - lr * update;
+    m[i] = m_t;
+    v[i] = v_t;
+  }
+}
+
+template <typename T>
+class FusedApplyYogiOp : public tf::OpKernel {
+ public:
+  explicit FusedApplyYogiOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {}
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/3, /*scalars=*/6);  // var, v, m
+    if (!in.ok()) return;
+    const T alpha = in.scalar(0), beta1 = in.scalar(1), beta2 = in.scalar(2), epsilon = in.scalar(3);
+    const T l1 = in.scalar(4), l2 = in.scalar(5);
+    in.ForEachBlock(24, [&](std::vector<Array<T>>& x, const ConstArray<T>& g) {
+      YogiLoop(x[0].data(), x[1].data(), x[2].data(), g.data(), g.size(), alpha, beta1, beta2, epsilon, l1, l2);
+    });
+  }
+};
+
+// AdaBelief (kBelief) or RectifiedAdam.
+template <typename T, bool kBelief>
+class FusedApplyRectifiedOp : public tf::OpKernel {
+ public:
+  explicit FusedApplyRectifiedOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("decayed", &decayed_));
+    if (kBelief) OP_REQUIRES_OK(ctx, ctx->GetAttr("rectify", &rectify_));
+  }
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/3, /*scalars=*/9);  // var, m, v
+    if (!in.ok()) return;
+    const bool rectified = in.scalar(7) != T(0);
+    if (!rectify_) {  // AdaBelief without rectification: the adaptive step, unscaled, at every step
+      Run<true, false>(in);
+    } else if (rectified) {
+      Run<true, true>(in);
+    } else {
+      Run<false, false>(in);
+    }
+  }
+
+ private:
+  template <bool kAdaptive, bool kScaled>
+  void Run(StepInputs<T>& in) {
+    if (decayed_) {
+      Run<kAdaptive, kScaled, true>(in);
+    } else {
+      Run<kAdaptive, kScaled, false>(in);
+    }
+  }
+
+  template <bool kAdaptive, bool kScaled, bool kDecayed>
+  void Run(StepInputs<T>& in) {
+    const T lr = in.scalar(0), beta1 = in.scalar(1), beta2 = in.scalar(2), epsilon = in.scalar(3);
+    const T c1 = in.scalar(4), c2 = in.scalar(5), r_t = in.scalar(6), weight_decay = in.scalar(8);
+    in.ForEachBlock(20, [&](std::vector<Array<T>>& x, const ConstArray<T>& g) {
+      RectifiedLoop<T, kBelief, kAdaptive, kScaled, kDecayed>(x[0].data(), x[1].data(), x[2].data(), g.data(),
+                                                              g.size(), lr, beta1, beta2, epsilon, c1, c2, r_t,
+                                                              weight_decay);
+    });
+  }
+
+  bool decayed_ = false, rectify_ = true;
+};
+
+}  // namespace
+
+#define TYPES "T: {float, double}"
+REGISTER_OP("FusedApplyYogi")
+    .Input("var: resource").Input("v: resource").Input("m: resource")
+    .Input("alpha: T").Input("beta1: T").Input("beta2: T").Input("epsilon: T").Input("l1: T").Input("l2: T")
+    .Input("grad: T").Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
+#define RECTIFIED_INPUTS(op)                                                                       \
+  REGISTER_OP(op)                                                                                  \
+      .Input("var: resource").Input("m: resource").Input("v: resource")                            \
+      .Input("lr: T").Input("beta1: T").Input("beta2: T").Input("epsilon: T").Input("c1: T")       \
+      .Input("c2: T").Input("r_t: T").Input("rectified: T").Input("weight_decay: T").Input("grad: T") \
+      .Attr(TYPES).Attr("decayed: bool").SetShapeFn(optimizers_kernels::NoOutputs)
+RECTIFIED_INPUTS("FusedApplyAdaBelief").Attr("rectify: bool");
+RECTIFIED_INPUTS("FusedApplyRectifiedAdam");
+#undef RECTIFIED_INPUTS
+#undef TYPES
+
+template <typename T>
+using AdaBeliefOp = FusedApplyRectifiedOp<T, true>;
+template <typename T>
+using RectifiedAdamOp = FusedApplyRectifiedOp<T, false>;
+
+#define REGISTER_CPU(op, T, kernel)                                                                \
+  REGISTER_KERNEL_BUILDER(Name(op).Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), kernel<T>)
+#define REGISTER_ALL(T)                                          \
+  REGISTER_CPU("FusedApplyYogi", T, FusedApplyYogiOp);           \
+  REGISTER_CPU("FusedApplyAdaBelief", T, AdaBeliefOp);           \
+  REGISTER_CPU("FusedApplyRectifiedAdam", T, RectifiedAdamOp)
+REGISTER_ALL(float);
+REGISTER_ALL(double);
+#undef REGISTER_ALL
+#undef REGISTER_CPU

@@ -1,0 +1,115 @@
+// What every fused kernel of this library shares: its variables' inputs locked and checked, its
+// per-step scalars checked, and a walk over the elements in blocks that stay in cache, so that a
+// step of several element-wise expressions reads and writes memory once.
+#ifndef OPTIMIZERS_KERNELS_FUSED_STEP_H_
+#define OPTIMIZERS_KERNELS_FUSED_STEP_H_
+
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace optimizers_kernels {
+
+namespace tf = ::tensorflow;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+// Elements per block: the arrays of a block (16 KiB each in float32) stay in L1/L2 between the
+// expressions of a step (measured: 1024 beats 512, 2048 and 4096 on 8 variables of 1M floats).
+constexpr Eigen::Index kBlock = 1024;
+
+template <typename T>
+using Array = Eigen::TensorMap<Eigen::Tensor<T, 1>>;
+template <typename T>
+using ConstArray = Eigen::TensorMap<Eigen::Tensor<const T, 1>>;
+
+// A step's inputs: `resources` variables of T first, then `scalars` scalars of T, then the
+// gradient, which every variable's shape must equal. Holds the variables' locks while it lives.
+template <typename T>
+class StepInputs {
+ public:
+  StepInputs(tf::OpKernelContext* ctx, int resources, int scalars) : ctx_(ctx), resources_(resources) {
+    std::vector<int> inputs(resources);
+    std::iota(inputs.begin(), inputs.end(), 0);
+    locks_.emplace(tf::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(ctx, /*do_lock=*/true,
+                                                                          /*sparse=*/false, inputs));
+    arrays_.resize(resources);
+    const tf::Tensor& grad = ctx->input(resources + scalars);
+    for (int i = 0; i < resources; ++i) {
+      if (!Ok(tf::GetInputTensorFromVariable<CPUDevice, T>(ctx, i, true, false, &arrays_[i]))) return;
+      if (!arrays_[i].IsInitialized()) {
+        Fail(absl::FailedPreconditionError(absl::StrCat(ctx->op_kernel().name(), ": input ", i,
+                                                        " is not initialized")));
+        return;
+      }
+      if (!arrays_[i].shape().IsSameSize(grad.shape())) {
+        Fail(absl::InvalidArgumentError(absl::StrCat(
+            ctx->op_kernel().name(), ": every variable must have the gradient's shape ",
+            grad.shape().DebugString(), ". Received: input ", i, " of shape ", arrays_[i].shape().DebugString())));
+        return;
+      }
+    }
+    for (int i = resources; i < resources + scalars; ++i) {
+      if (!tf::TensorShapeUtils::IsScalar(ctx->input(i).shape())) {
+        Fail(absl::InvalidArgumentError(absl::StrCat(ctx->op_kernel().name(), ": input ", i,
+                                                     " must be a scalar. Received: ",
+                                                     ctx->input(i).shape().DebugString())));
+        return;
+      }
+    }
+    grad_ = grad.flat<T>().data();
+  }
+
+  bool ok() const { return ok_; }
+  // The i-th scalar input.
+  T scalar(int i) const { return ctx_->input(resources_ + i).scalar<T>()(); }
+
+  // Calls `block(variables, grad)` on the arrays of every block of elements, in parallel: the
+  // variables as `Array<T>`s in input order, the gradient as a `ConstArray<T>`. `cycles` is the
+  // arithmetic per element, for the thread pool's cost model.
+  template <typename Block>
+  void ForEachBlock(int cycles, Block block) {
+    const Eigen::TensorOpCost cost((resources_ + 1) * sizeof(T), resources_ * sizeof(T), cycles);
+    ctx_->eigen_device<CPUDevice>().parallelFor(arrays_[0].NumElements(), cost, [&](Eigen::Index b, Eigen::Index e) {
+      std::vector<Array<T>> variables;
+      variables.reserve(resources_);
+      for (Eigen::Index s = b; s < e; s += kBlock) {
+        const Eigen::Index n = std::min(e, s + kBlock) - s;
+        variables.clear();
+        for (auto& array : arrays_) variables.emplace_back(array.template flat<T>().data() + s, n);
+        block(variables, ConstArray<T>(grad_ + s, n));
+      }
+    });
+  }
+
+ private:
+  bool Ok(const tf::Status& status) {
+    if (!status.ok()) Fail(status);
+    return ok_;
+  }
+  void Fail(const tf::Status& status) {
+    ctx_->SetStatus(status);
+    ok_ = false;
+  }
+
+  tf::OpKernelContext* ctx_;
+  int resources_;
+  bool ok_ = true;
+  std::optional<tf::VariableInputLockHolder> locks_;
+  std::vector<tf::Tensor> arrays_;
+  const T* grad_ = nullptr;
+};
+
+inline ::tensorflow::Status NoOutputs(::tensorflow::shape_inference::InferenceContext*) { return absl::OkStatus(); }
+
+}  // namespace optimizers_kernels
+
+#endif  // OPTIMIZERS_KERNELS_FUSED_STEP_H_

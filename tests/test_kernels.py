@@ -1,9 +1,12 @@
-"""Adam's fused kernels (``optimizers.kernels``) against TensorFlow's own kernels.
+"""The library's fused kernels (``optimizers.kernels``) against the ops they replace.
 
-The reference is what TensorFlow Addons' AdamW and MovingAverage run: TensorFlow's
+Adam's: the reference is what TensorFlow Addons' AdamW and MovingAverage run: TensorFlow's
 gradient-descent kernel with ``delta = var`` (the decay), then TensorFlow's
 ``ResourceApplyAdam``, then the average's gradient-descent kernel with ``delta = average - var``.
-The fused kernels must give those bits exactly, in every dtype those kernels take, on small and
+Yogi's, AdaBelief's and RectifiedAdam's: the reference is the rule's own step in plain
+TensorFlow ops with the kernels off, whose bits are TensorFlow Addons' (pinned live against TFA
+in ``catalogue/test_adamlike_tfa.py``, which on TF 2.15 runs the kernels too).
+The fused kernels must give those bits exactly, in every dtype they take, on small and
 large variables (large ones were compiled with XLA before the kernels existed), eagerly and in
 ``tf.function``; inside a whole-step XLA compile, and where the kernels are off or cannot be
 built, the step falls back.
@@ -19,6 +22,9 @@ import pytest
 import tensorflow as tf
 
 from optimizers import Adam, AdamW, MovingAverage, kernels
+from optimizers.rules.adabelief import AdaBelief
+from optimizers.rules.rectified_adam import RectifiedAdam
+from optimizers.rules.yogi import Yogi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {"small": (300, 7), "large": (600, 1000)}  # the large one is over compiled.BATCH_MAX_ELEMENTS
@@ -58,26 +64,27 @@ def _reference(init, grads, dtype, weight_decay, learning_rate, epsilon, average
 FUSED_OPS = {"DecayedApplyAdam", "ApplyAdamAverage", "DecayedApplyAdamAverage"}
 
 
-def _uses_fused_kernel(function, *args) -> bool:
+def _uses_fused_kernel(function, *args, fused_ops=FUSED_OPS) -> bool:
     graph = function.get_concrete_function(*args).graph
     ops = {op.type for op in graph.get_operations()}
     for f in graph.as_graph_def().library.function:
         ops.update(node.op for node in f.node_def)
-    return bool(FUSED_OPS & ops)
+    return bool(set(fused_ops) & ops)
 
 
 def _epsilon(dtype):
     return 1e-3 if dtype in (tf.float16, tf.bfloat16) else 1e-7
 
 
-def _train(opt, var, grads, mode):
-    """One ``apply_gradients`` per gradient, eagerly or in a ``tf.function`` that must hold a fused op."""
+def _train(opt, var, grads, mode, fused_ops=FUSED_OPS):
+    """One ``apply_gradients`` per gradient, eagerly or in a ``tf.function`` that must hold one of
+    ``fused_ops`` (none if empty)."""
     def step(grad):
         opt.apply_gradients([(grad, var)])
 
     if mode == "function":
         step = tf.function(step)
-        assert _uses_fused_kernel(step, grads[0])
+        assert _uses_fused_kernel(step, grads[0], fused_ops=fused_ops) == bool(fused_ops)
     for grad in grads:
         step(grad)
 
@@ -174,6 +181,66 @@ def test_a_moving_average_fused_into_the_kernel_gives_the_bits_of_tensorflows_ke
         np.testing.assert_array_equal(ours.numpy(), theirs)
 
 
+# name: (the op, a maker of the optimizer). Non-default hyperparameters reach every branch of
+# each kernel within STEPS_ADAPTIVE steps: l1 and l2 (Yogi), weight decay, beta_2 = 0.8 so that the
+# rectified steps start at step 10 (rho_t >= 5), AdaBelief without rectification.
+ADAPTIVE = {
+    "yogi": ("FusedApplyYogi", lambda **k: Yogi(learning_rate=0.1, beta1=0.8, beta2=0.95, epsilon=1e-2,
+                                                 l1_regularization_strength=0.05, l2_regularization_strength=0.1, **k)),
+    "yogi_defaults": ("FusedApplyYogi", lambda **k: Yogi(**k)),
+    "adabelief": ("FusedApplyAdaBelief", lambda **k: AdaBelief(learning_rate=0.1, beta_1=0.8, beta_2=0.8,
+                                                               epsilon=1e-8, weight_decay=0.05, **k)),
+    "adabelief_unrectified": ("FusedApplyAdaBelief", lambda **k: AdaBelief(learning_rate=0.05, rectify=False, **k)),
+    "radam": ("FusedApplyRectifiedAdam", lambda **k: RectifiedAdam(learning_rate=0.1, beta_1=0.8, beta_2=0.8,
+                                                                   weight_decay=0.05, **k)),
+    "radam_defaults": ("FusedApplyRectifiedAdam", lambda **k: RectifiedAdam(**k)),
+}
+STEPS_ADAPTIVE = 12
+
+
+def _adaptive_states(make, dtype, shape, mode, fused_ops):
+    rng = np.random.RandomState(1)
+    var = tf.Variable(rng.randn(*shape), dtype=dtype)
+    grads = [tf.constant(rng.randn(*shape), dtype=dtype) for _ in range(STEPS_ADAPTIVE)]
+    opt = make()
+    _train(opt, var, grads, mode, fused_ops)
+    return [var.numpy()] + opt.get_weights()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("size", sorted(SHAPES))
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("name", sorted(ADAPTIVE))
+def test_yogi_adabelief_and_rectified_adam_kernels_give_the_bits_of_the_rules_own_step(name, dtype, size, mode,
+                                                                                       monkeypatch):
+    op, make = ADAPTIVE[name]
+    for jit_compile in (True, False):  # the kernel is the dense step either way, on this process's CPU
+        ours = _adaptive_states(lambda: make(jit_compile=jit_compile), dtype, SHAPES[size], mode, [op])
+        with monkeypatch.context() as patch:  # the library's kernels off: the rule's step in plain ops
+            patch.setattr(kernels, "op", lambda var, name: None)
+            expected = _adaptive_states(lambda: make(jit_compile=False), dtype, SHAPES[size], mode, [])
+        assert len(ours) == len(expected)
+        for i, (a, b) in enumerate(zip(ours, expected)):
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}, jit_compile={jit_compile}: array {i} (0: the "
+                                                        "variable, 1: iterations, then the slots)")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Yogi(activation="tanh"), lambda: Yogi(beta1=0.0), lambda: AdaBelief(amsgrad=True),
+    lambda: RectifiedAdam(amsgrad=True)], ids=["yogi_tanh", "yogi_no_momentum", "adabelief_amsgrad", "radam_amsgrad"])
+def test_steps_the_adaptive_kernels_do_not_cover_keep_the_rules_own_step(make):
+    var = tf.Variable(tf.ones([4, 3]))
+    opt = make()
+    step = tf.function(lambda g: opt.apply_gradients([(g, var)]) and None)
+    assert not _uses_fused_kernel(step, tf.ones([4, 3]), fused_ops=[op for op, _ in ADAPTIVE.values()])
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
+def test_16_bit_variables_keep_the_adaptive_rules_own_step(dtype):
+    assert all(kernels.op(tf.Variable(tf.ones([2], dtype)), op) is None for op, _ in ADAPTIVE.values())
+    assert kernels.op(tf.Variable(tf.ones([2], tf.float32)), "FusedApplyYogi") is not None
+
+
 _FALLBACK = textwrap.dedent("""
     import json, warnings
     import numpy as np, tensorflow as tf
@@ -206,7 +273,7 @@ def test_without_the_kernel_the_step_falls_back_with_the_same_numbers(tmp_path, 
     ours = _run_fallback(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), **env)  # nothing built there yet
     assert not ours["fused"]
     if why == "build_fails":  # said once, with what to expect
-        assert len(ours["warnings"]) == 1 and "Adam's fused kernels are not available" in ours["warnings"][0]
+        assert len(ours["warnings"]) == 1 and "fused kernels are not available" in ours["warnings"][0]
         assert "Building" in ours["warnings"][0] and "failed" in ours["warnings"][0]
     else:
         assert ours["warnings"] == []

@@ -12,6 +12,7 @@ large variables (large ones were compiled with XLA before the kernels existed), 
 built, the step falls back.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -215,7 +216,7 @@ def test_yogi_adabelief_and_rectified_adam_kernels_give_the_bits_of_the_rules_ow
                                                                                        monkeypatch):
     op, make = ADAPTIVE[name]
     for jit_compile in (True, False):  # the kernel is the dense step either way, on this process's CPU
-        ours = _adaptive_states(lambda: make(jit_compile=jit_compile), dtype, SHAPES[size], mode, [op])
+        ours = _adaptive_states(functools.partial(make, jit_compile=jit_compile), dtype, SHAPES[size], mode, [op])
         with monkeypatch.context() as patch:  # the library's kernels off: the rule's step in plain ops
             patch.setattr(kernels, "op", lambda var, name: None)
             expected = _adaptive_states(lambda: make(jit_compile=False), dtype, SHAPES[size], mode, [])

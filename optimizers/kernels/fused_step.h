@@ -65,6 +65,7 @@ class StepInputs {
         return;
       }
     }
+    for (auto& array : arrays_) data_.push_back(array.template flat<T>().data());
     grad_ = grad.flat<T>().data();
   }
 
@@ -84,7 +85,7 @@ class StepInputs {
       for (Eigen::Index s = b; s < e; s += kBlock) {
         const Eigen::Index n = std::min(e, s + kBlock) - s;
         variables.clear();
-        for (auto& array : arrays_) variables.emplace_back(array.template flat<T>().data() + s, n);
+        for (T* data : data_) variables.emplace_back(data + s, n);
         block(variables, ConstArray<T>(grad_ + s, n));
       }
     });
@@ -105,6 +106,7 @@ class StepInputs {
   bool ok_ = true;
   std::optional<tf::VariableInputLockHolder> locks_;
   std::vector<tf::Tensor> arrays_;
+  std::vector<T*> data_;  // each variable's elements
   const T* grad_ = nullptr;
 };
 

@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool
-from optimizers.rules.rectified_adam import config_value, init_rectified, rectified_kernel, warmup_learning_rate
+from optimizers.rules.rectified_adam import config_value, init_rectified, prepare_rectified, rectified_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["AdaBelief"]
@@ -36,8 +36,8 @@ class AdaBelief(CustomOptimizerV2):
     the touched rows get the gradient terms (and :math:`\epsilon`); only the
     touched rows of :math:`\theta` move (and are weight-decayed). Without
     AMSGrad, a dense step on this process's CPU is one kernel of this library
-    (``optimizers.kernels``) with TFA's bits; so is every step with
-    ``jit_compile=False``. Elsewhere the XLA dense step (the default) adds
+    (``optimizers.kernels``) with TFA's bits; with ``jit_compile=False``
+    every step has TFA's bits. Elsewhere the XLA dense step (the default) adds
     :math:`s`'s terms in the sparse step's order (XLA then keeps no copy of the
     slot) and multiplies by per-step reciprocals instead of dividing: equal
     within float rounding.
@@ -95,9 +95,7 @@ class AdaBelief(CustomOptimizerV2):
         sma_inf = 2.0 / (1.0 - beta_2) - 1.0
         sma_t = sma_inf - 2.0 * step * beta_2_power / (1.0 - beta_2_power)
         c["r_t"] = tf.sqrt((sma_t - 4.0) * (sma_t - 2.0) * sma_inf / ((sma_inf - 4.0) * (sma_inf - 2.0) * sma_t))
-        c["rectified"] = sma_t >= c["sma_threshold"]  # >= 4, checked at each step when it is a callable
-        c["lr_t"] = warmup_learning_rate(c)
-        c["epsilon"] = tf.constant(self.epsilon, dtype)
+        prepare_rectified(self, dtype, c, sma_t)
         c["inv_bias_1"], c["inv_sqrt_bias_2"] = 1.0 / c["bias_1"], tf.math.rsqrt(c["bias_2"])
 
     def dense_kernel(self, var, options):

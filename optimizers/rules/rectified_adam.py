@@ -69,6 +69,15 @@ def warmup_learning_rate(c: dict) -> Any:
     return tf.where(total > 0, warm, lr)
 
 
+def prepare_rectified(opt: CustomOptimizerV2, dtype: tf.DType, c: dict, sma_t: Any) -> None:
+    """What RectifiedAdam's and AdaBelief's ``prepare`` share, from :math:`\rho_t` (``sma_t``): whether
+    the step is rectified (also as a number, the fused kernel's input), the warm-up rate, epsilon."""
+    c["rectified"] = sma_t >= c["sma_threshold"]  # >= 4, checked at each step when it is a callable
+    c["rectified_number"] = tf.cast(c["rectified"], dtype)
+    c["lr_t"] = warmup_learning_rate(c)
+    c["epsilon"] = tf.constant(opt.epsilon, dtype)
+
+
 def rectified_kernel(rule: CustomOptimizerV2, owner: type, var: tf.Variable, options: dict, corrections: tuple,
                      **attrs: Any) -> Any:
     """RectifiedAdam's or AdaBelief's (``owner``) dense step as one kernel of this library with TFA's
@@ -77,15 +86,17 @@ def rectified_kernel(rule: CustomOptimizerV2, owner: type, var: tf.Variable, opt
     if rule.amsgrad:
         return None
     op = kernels.op(var, f"FusedApply{owner.__name__}")
+    if op is None:
+        return None
     step = functools.partial(_rectified_kernel_step, op, corrections, dict(attrs, decayed=bool(options.get("decayed"))))
-    return None if op is None else kernel_if_unchanged(rule, owner, ("prepare", "update_dense", "_step"), var, step)
+    return kernel_if_unchanged(rule, owner, ("prepare", "update_dense", "_step"), var, step)
 
 
 def _rectified_kernel_step(op, corrections, attrs, grad, var, slots, c):
     decay = c["weight_decay_factor"] if attrs["decayed"] else tf.zeros([], grad.dtype)
     return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, lr=c["lr_t"], beta1=c["beta_1"],
               beta2=c["beta_2"], epsilon=c["epsilon"], c1=c[corrections[0]], c2=c[corrections[1]], r_t=c["r_t"],
-              rectified=tf.cast(c["rectified"], grad.dtype), weight_decay=decay, grad=grad, **attrs)
+              rectified=c["rectified_number"], weight_decay=decay, grad=grad, **attrs)
 
 
 class RectifiedAdam(CustomOptimizerV2):
@@ -163,9 +174,7 @@ class RectifiedAdam(CustomOptimizerV2):
         sma_inf = 2.0 / (1.0 - beta_2) - 1.0
         sma_t = sma_inf - 2.0 * step * beta_2_power * c["recip_2"]
         c["r_t"] = tf.sqrt((sma_t - 4.0) / (sma_inf - 4.0) * (sma_t - 2.0) / (sma_inf - 2.0) * sma_inf / sma_t)
-        c["rectified"] = sma_t >= c["sma_threshold"]  # >= 4, checked at each step when it is a callable
-        c["lr_t"] = warmup_learning_rate(c)
-        c["epsilon"] = tf.constant(self.epsilon, dtype)
+        prepare_rectified(self, dtype, c, sma_t)
 
     def dense_kernel(self, var, options):
         """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built

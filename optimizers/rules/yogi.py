@@ -44,8 +44,8 @@ class Yogi(CustomOptimizerV2):
     Slots are created variable by variable (``v``, then ``m``), as TFA does, so
     ``get_weights()`` and ``.h5`` files line up with TFA's. A dense step on this
     process's CPU is one kernel of this library (``optimizers.kernels``; with
-    :math:`\beta_1 > 0` and ``"sign"``) with TFA's bits; so is every step with
-    ``jit_compile=False``. Elsewhere the XLA dense step (the default) multiplies
+    :math:`\beta_1 > 0` and ``"sign"``) with TFA's bits; with ``jit_compile=False``
+    every step has TFA's bits. Elsewhere the XLA dense step (the default) multiplies
     the last line through by :math:`\sqrt v + \epsilon` (one division, not two):
     equal within float rounding.
 

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from optimizers import Adam, AdamW, MovingAverage, kernels
 from optimizers.rules.adabelief import AdaBelief
+from optimizers.rules.cocob import COCOB
 from optimizers.rules.rectified_adam import RectifiedAdam
 from optimizers.rules.yogi import Yogi
 
@@ -184,7 +185,7 @@ def test_a_moving_average_fused_into_the_kernel_gives_the_bits_of_tensorflows_ke
 
 # name: (the op, a maker of the optimizer). Non-default hyperparameters reach every branch of
 # each kernel within STEPS_ADAPTIVE steps: l1 and l2 (Yogi), weight decay, beta_2 = 0.8 so that the
-# rectified steps start at step 10 (rho_t >= 5), AdaBelief without rectification.
+# rectified steps start at step 10 (rho_t >= 5), AdaBelief without rectification, COCOB with a small alpha.
 ADAPTIVE = {
     "yogi": ("FusedApplyYogi", lambda **k: Yogi(learning_rate=0.1, beta1=0.8, beta2=0.95, epsilon=1e-2,
                                                  l1_regularization_strength=0.05, l2_regularization_strength=0.1, **k)),
@@ -195,6 +196,8 @@ ADAPTIVE = {
     "radam": ("FusedApplyRectifiedAdam", lambda **k: RectifiedAdam(learning_rate=0.1, beta_1=0.8, beta_2=0.8,
                                                                    weight_decay=0.05, **k)),
     "radam_defaults": ("FusedApplyRectifiedAdam", lambda **k: RectifiedAdam(**k)),
+    "cocob": ("FusedApplyCocob", lambda **k: COCOB(**k)),
+    "cocob_alpha": ("FusedApplyCocob", lambda **k: COCOB(alpha=1.5, **k)),  # max(G + L, alpha L) takes both sides
 }
 STEPS_ADAPTIVE = 12
 
@@ -212,8 +215,7 @@ def _adaptive_states(make, dtype, shape, mode, fused_ops):
 @pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("name", sorted(ADAPTIVE))
-def test_yogi_adabelief_and_rectified_adam_kernels_give_the_bits_of_the_rules_own_step(name, dtype, size, mode,
-                                                                                       monkeypatch):
+def test_adaptive_kernels_give_the_bits_of_the_rules_own_step(name, dtype, size, mode, monkeypatch):
     op, make = ADAPTIVE[name]
     for jit_compile in (True, False):  # the kernel is the dense step either way, on this process's CPU
         ours = _adaptive_states(functools.partial(make, jit_compile=jit_compile), dtype, SHAPES[size], mode, [op])
@@ -224,6 +226,25 @@ def test_yogi_adabelief_and_rectified_adam_kernels_give_the_bits_of_the_rules_ow
         for i, (a, b) in enumerate(zip(ours, expected)):
             np.testing.assert_array_equal(a, b, err_msg=f"{name}, jit_compile={jit_compile}: array {i} (0: the "
                                                         "variable, 1: iterations, then the slots)")
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTIVE))
+def test_adaptive_kernels_carry_nan_inf_and_zero_gradients_as_the_rules_own_step(name, monkeypatch):
+    op, make = ADAPTIVE[name]
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e-30, 2.0], np.float32)
+
+    def states(fused_ops):
+        var = tf.Variable(np.linspace(-1.0, 1.0, 8), dtype=tf.float32)
+        opt = make(jit_compile=False)
+        _train(opt, var, [tf.constant(special[::-1]), tf.constant(special), tf.ones([8])], "function", fused_ops)
+        return [var.numpy()] + opt.get_weights()
+
+    ours = states([op])
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "op", lambda var, name: None)
+        expected = states([])
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        np.testing.assert_array_equal(a, b, err_msg=f"{name}: array {i}")
 
 
 @pytest.mark.parametrize("make", [

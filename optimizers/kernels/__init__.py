@@ -5,8 +5,9 @@ AdamW): it takes a decay op, one more pass over each variable, then ``ResourceAp
 moving average of the weights (``MovingAverage``) takes two more ops after it. ``fused_adam.cc``
 is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
 same bits in one pass over memory (``benchmarks/bench_adamw.py``,
-``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief and
-RectifiedAdam, each one kernel with the bits of TensorFlow Addons' ops (``benchmarks/bench_adamlike.py``).
+``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
+RectifiedAdam and COCOB, each one kernel with the bits of TensorFlow Addons' ops
+(``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``).
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
 TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
 TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
@@ -107,8 +108,8 @@ def _library() -> Any:
                 _state["library"] = tf.load_op_library(build())
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
-                              f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's and "
-                              f"RectifiedAdam's their compiled steps (the same numbers or within rounding, "
+                              f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
+                              f"RectifiedAdam's and COCOB's their compiled steps (the same numbers or within rounding, "
                               f"more passes over memory): {error}", RuntimeWarning, stacklevel=3)
     return _state["library"]
 
@@ -135,7 +136,7 @@ def _runs_here(var: Any) -> bool:
 
 #: The variable dtypes of each op: Adam's take TensorFlow's optimizer kernels' four, the others float32 and float64.
 DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in _OPS.values()}
-DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam"),
+DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob"),
                             (tf.float32, tf.float64)))
 
 

@@ -1,5 +1,5 @@
-// Dense steps of Yogi, AdaBelief and RectifiedAdam, each as one kernel (TensorFlow has none for
-// them; TensorFlow Addons runs each as a dozen element-wise ops, a pass over memory per op):
+// Dense steps of Yogi, AdaBelief, RectifiedAdam and COCOB, each as one kernel (TensorFlow has none
+// for them; TensorFlow Addons runs each as a dozen element-wise ops, a pass over memory per op):
 //
 //   FusedApplyYogi            m <- m b1 + g (1 - b1);  v <- v + (1 - b2) sign(g^2 - v) g^2
 //                             r = alpha / (sqrt(v) + eps);  u = var - r m
@@ -10,10 +10,13 @@
 //   FusedApplyRectifiedAdam   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
 //                             m' = m c1;  u = rectified ? r_t m' / (sqrt(v c2) + eps) : m'
 //   (both)                    var <- var - lr_t (u + wd var)   (without "+ wd var" unless decayed)
+//   FusedApplyCocob           L <- max(L, |g|);  S <- S + g;  G <- G + |g|;  R <- max(R - g w~, 0)
+//                             w' = -S / (L max(G + L, alpha L)) (R + L);  var <- var - w~ + w';  w~ <- w'
 //
 // In float32 and float64 (16-bit variables take the rule's own step). The per-step scalars
-// (alpha, c1, c2, r_t, lr_t, rectified as 0 or 1) come computed by the rule's `prepare`. Each element goes through the rounded operations of TensorFlow Addons' ops, in
-// their order (a * b * c is (a * b) * c), so the results are TFA's bits, in one pass over memory.
+// (alpha, c1, c2, r_t, lr_t, rectified as 0 or 1) come computed by the rule's `prepare`. Each
+// element goes through the rounded operations of TensorFlow Addons' ops, in their order
+// (a * b * c is (a * b) * c), so the results are TFA's bits, in one pass over memory.
 #include <cmath>
 
 #include "fused_step.h"
@@ -26,6 +29,12 @@ using namespace optimizers_kernels;  // NOLINT: this file's kernels are written 
 template <typename T>
 inline T Sign(T x) {
   return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);  // selections of T only: full-width vectors
+}
+
+// TensorFlow's Maximum of two tensors of one shape: NaN if either is, `a` where they are equal.
+template <typename T>
+inline T Max(T a, T b) {
+  return b > a || b != b ? b : a;
 }
 
 // Each step is a plain loop over the elements, one statement per TensorFlow op, which the compiler
@@ -75,6 +84,42 @@ void RectifiedLoop(T* __restrict__ w, T* __restrict__ m, T* __restrict__ v, cons
     v[i] = v_t;
   }
 }
+
+template <typename T>
+void CocobLoop(T* __restrict__ w, T* __restrict__ lr, T* __restrict__ grad_norm_sum, T* __restrict__ gradients_sum,
+               T* __restrict__ tilde_w, T* __restrict__ reward, const T* __restrict__ g, Eigen::Index n, T alpha) {
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const T abs_g = std::fabs(g[i]);
+    const T l = Max(lr[i], abs_g);
+    const T s = gradients_sum[i] + g[i];
+    const T a = grad_norm_sum[i] + abs_g;
+    const T r_minus = reward[i] - g[i] * tilde_w[i];
+    const T r = r_minus <= T(0) ? T(0) : r_minus;  // Maximum with a scalar 0: +0 for -0, NaN stays
+    const T new_w = -s / (l * Max(a + l, alpha * l)) * (r + l);
+    w[i] = w[i] - tilde_w[i] + new_w;
+    lr[i] = l;
+    grad_norm_sum[i] = a;
+    gradients_sum[i] = s;
+    tilde_w[i] = new_w;
+    reward[i] = r;
+  }
+}
+
+template <typename T>
+class FusedApplyCocobOp : public tf::OpKernel {
+ public:
+  explicit FusedApplyCocobOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {}
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/6, /*scalars=*/1);  // var, lr, grad_norm_sum, gradients_sum, tilde_w, reward
+    if (!in.ok()) return;
+    const T alpha = in.scalar(0);
+    in.ForEachBlock(24, [&](std::vector<Array<T>>& x, const ConstArray<T>& g) {
+      CocobLoop(x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), x[5].data(), g.data(), g.size(),
+                alpha);
+    });
+  }
+};
 
 template <typename T>
 class FusedApplyYogiOp : public tf::OpKernel {
@@ -145,6 +190,10 @@ REGISTER_OP("FusedApplyYogi")
     .Input("var: resource").Input("v: resource").Input("m: resource")
     .Input("alpha: T").Input("beta1: T").Input("beta2: T").Input("epsilon: T").Input("l1: T").Input("l2: T")
     .Input("grad: T").Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
+REGISTER_OP("FusedApplyCocob")
+    .Input("var: resource").Input("lr: resource").Input("grad_norm_sum: resource").Input("gradients_sum: resource")
+    .Input("tilde_w: resource").Input("reward: resource").Input("alpha: T").Input("grad: T")
+    .Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
 #define RECTIFIED_INPUTS(op)                                                                       \
   REGISTER_OP(op)                                                                                  \
       .Input("var: resource").Input("m: resource").Input("v: resource")                            \
@@ -166,7 +215,8 @@ using RectifiedAdamOp = FusedApplyRectifiedOp<T, false>;
 #define REGISTER_ALL(T)                                          \
   REGISTER_CPU("FusedApplyYogi", T, FusedApplyYogiOp);           \
   REGISTER_CPU("FusedApplyAdaBelief", T, AdaBeliefOp);           \
-  REGISTER_CPU("FusedApplyRectifiedAdam", T, RectifiedAdamOp)
+  REGISTER_CPU("FusedApplyRectifiedAdam", T, RectifiedAdamOp);   \
+  REGISTER_CPU("FusedApplyCocob", T, FusedApplyCocobOp)
 REGISTER_ALL(float);
 REGISTER_ALL(double);
 #undef REGISTER_ALL

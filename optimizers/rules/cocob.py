@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.hyperparameters import check_bool
+from optimizers.rule import kernel_if_unchanged
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -42,7 +44,10 @@ class COCOB(CustomOptimizerV2):
     :math:`S`, ``reward`` :math:`R`; created variable by variable, as TFA
     does, so a TFA ``.h5`` file loads). A sparse gradient (TFA has no sparse
     path) updates only its rows: on the others the rule above, with
-    :math:`g = 0`, changes nothing.
+    :math:`g = 0`, changes nothing. A dense step on this process's CPU, in
+    float32 or float64, is one kernel of this library (``optimizers.kernels``)
+    with TFA's bits, one pass over memory; elsewhere the steps are the plain
+    ops above, compiled with XLA by default.
 
     Fix over TFA: ``from_config(get_config())`` works after training (TFA's
     config then holds ``alpha`` as a numpy integer, which its constructor
@@ -84,6 +89,17 @@ class COCOB(CustomOptimizerV2):
 
     def prepare(self, dtype: tf.DType, coefficients: dict) -> None:
         coefficients["alpha"] = tf.constant(self.alpha, dtype)
+
+    def dense_kernel(self, var, options):
+        """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
+        and ``var`` is on this process's CPU, outside XLA."""
+        op = kernels.op(var, "FusedApplyCocob")
+        return None if op is None else kernel_if_unchanged(
+            self, COCOB, ("prepare", "update_dense", "_step"), var, functools.partial(self._kernel_step, op))
+
+    @staticmethod
+    def _kernel_step(op, grad, var, slots, c):
+        return op(var=var.handle, alpha=c["alpha"], grad=grad, **{name: slots[name].handle for name in SLOTS})
 
     @staticmethod
     def _step(grad, var, state, alpha):

@@ -53,9 +53,13 @@ class CompiledAdamW(optimizers.AdamW):
 
 
 class CompiledMovingAverage(optimizers.MovingAverage):
-    """MovingAverage without its fused kernel: the compiled after_step every wrapper without one takes."""
+    """MovingAverage without its kernels (TensorFlow's, and the library's average, alone or in the
+    inner Adam's): the compiled after_step every wrapper without one takes."""
 
     def after_kernel(self, var):
+        return None
+
+    def after_step_as_average(self, var):
         return None
 
 

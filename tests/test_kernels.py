@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from optimizers import Adam, AdamW, MovingAverage, kernels
+from optimizers import Adam, AdamW, MovingAverage, keras, kernels
+from optimizers.compiled import compiled_function_count
 from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.cocob import COCOB
 from optimizers.rules.rectified_adam import RectifiedAdam
@@ -181,6 +182,29 @@ def test_a_moving_average_fused_into_the_kernel_gives_the_bits_of_tensorflows_ke
     for ours, theirs in zip((var, inner.get_slot(var, "m"), inner.get_slot(var, "v"), opt.get_slot(var, "average")),
                             expected):
         np.testing.assert_array_equal(ours.numpy(), theirs)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False], ids=["jit", "no_jit"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("size", sorted(SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_a_moving_average_after_another_step_is_one_kernel_with_the_bits_of_tensorflows(dtype, size, mode,
+                                                                                        jit_compile):
+    """After a step the average cannot run in (here tf_keras's SGD), ``MovingAverage`` runs the
+    library's ``ApplyMovingAverage``: the bits of the subtraction and TensorFlow's gradient-descent
+    kernel on the average, on large variables too (formerly compiled alone), compiling nothing."""
+    init, grads = _problem(dtype, SHAPES[size])
+    var = tf.Variable(init, dtype=dtype)
+    opt = MovingAverage(keras.optimizers.legacy.SGD(0.1), average_decay=0.75, jit_compile=jit_compile)
+    _train(opt, var, grads, mode, fused_ops=["ApplyMovingAverage"])
+    assert compiled_function_count(opt) == 0
+    weights, average = tf.Variable(init, dtype=dtype), tf.Variable(init, dtype=dtype)
+    rate = tf.cast(tf.constant(0.25, tf.float32), dtype)  # 1 - average_decay, as the wrapper computes it
+    for grad in grads:
+        tf.raw_ops.ResourceApplyGradientDescent(var=weights.handle, alpha=tf.cast(0.1, dtype), delta=grad)
+        tf.raw_ops.ResourceApplyGradientDescent(var=average.handle, alpha=rate, delta=average - weights)
+    np.testing.assert_array_equal(var.numpy(), weights.numpy())
+    np.testing.assert_array_equal(opt.get_slot(var, "average").numpy(), average.numpy())
 
 
 # name: (the op, a maker of the optimizer). Non-default hyperparameters reach every branch of

@@ -4,7 +4,7 @@ TensorFlow has no fused kernel for decoupled weight decay followed by Adam (Tens
 AdamW): it takes a decay op, one more pass over each variable, then ``ResourceApplyAdam``; and a
 moving average of the weights (``MovingAverage``) takes two more ops after it. ``fused_adam.cc``
 is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
-same bits in one pass over memory (``benchmarks/bench_adamw.py``,
+same bits in one pass over memory (and the average alone, after any other step) (``benchmarks/bench_adamw.py``,
 ``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
 RectifiedAdam and COCOB, each one kernel with the bits of TensorFlow Addons' ops
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``).
@@ -135,7 +135,7 @@ def _runs_here(var: Any) -> bool:
 
 
 #: The variable dtypes of each op: Adam's take TensorFlow's optimizer kernels' four, the others float32 and float64.
-DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in _OPS.values()}
+DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
 DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob"),
                             (tf.float32, tf.float64)))
 

@@ -3,6 +3,7 @@
 //   DecayedApplyAdam         decoupled weight decay, then Adam (TensorFlow Addons' AdamW)
 //   ApplyAdamAverage         Adam, then a moving average of the variable
 //   DecayedApplyAdamAverage  the decay, Adam, then the moving average (MovingAverage(AdamW))
+//   ApplyMovingAverage       the moving average alone (after another step: a sparse one, another rule's)
 //
 //   var <- var - decay * var                                          (Decayed...)
 //   m   <- m + (grad - m) * (1 - beta1)
@@ -47,6 +48,20 @@ class FusedApplyAdamOp : public tf::OpKernel {
   }
 };
 
+// The average is the kernel's variable and the weights its "gradient" (a tensor: read, not written).
+template <typename T>
+class ApplyMovingAverageOp : public tf::OpKernel {
+ public:
+  explicit ApplyMovingAverageOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {}
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/1, /*scalars=*/1);  // average, average_rate, var
+    if (!in.ok()) return;
+    const T average_rate = in.scalar(0);
+    in.ForEachBlock(3, [&](std::vector<Array<T>>& x, const ConstArray<T>& w) { x[0] -= (x[0] - w) * average_rate; });
+  }
+};
+
 }  // namespace
 
 #define ADAM_INPUTS(op)                                                                           \
@@ -65,6 +80,8 @@ ADAM_INPUTS("DecayedApplyAdamAverage").Input("average: resource")
     .Input("epsilon: T").Input("decay: T").Input("average_rate: T").Input("grad: T")
     .Attr("T: {half, bfloat16, float, double}").SetShapeFn(optimizers_kernels::NoOutputs);
 #undef ADAM_INPUTS
+REGISTER_OP("ApplyMovingAverage").Input("average: resource").Input("average_rate: T").Input("var: T")
+    .Attr("T: {half, bfloat16, float, double}").SetShapeFn(optimizers_kernels::NoOutputs);
 
 #define REGISTER_CPU(op, T, decay, average)                                                  \
   REGISTER_KERNEL_BUILDER(Name(op).Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
@@ -72,7 +89,9 @@ ADAM_INPUTS("DecayedApplyAdamAverage").Input("average: resource")
 #define REGISTER_ALL(T)                                      \
   REGISTER_CPU("DecayedApplyAdam", T, true, false);         \
   REGISTER_CPU("ApplyAdamAverage", T, false, true);         \
-  REGISTER_CPU("DecayedApplyAdamAverage", T, true, true)
+  REGISTER_CPU("DecayedApplyAdamAverage", T, true, true);   \
+  REGISTER_KERNEL_BUILDER(                                  \
+      Name("ApplyMovingAverage").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), ApplyMovingAverageOp<T>)
 REGISTER_ALL(Eigen::half);
 REGISTER_ALL(Eigen::bfloat16);
 REGISTER_ALL(float);

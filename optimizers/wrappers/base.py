@@ -10,7 +10,7 @@ from typing import Any
 import tensorflow as tf
 
 import slots as slots_lib
-from optimizers import compiled, saving
+from optimizers import compiled, kernels, saving
 from optimizers import config as config_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import Hyperparameters, check_number
@@ -64,6 +64,11 @@ def _declares(optimizer: Any, name: str) -> bool:
         return optimizer._owns(name) or _declares(optimizer.inner_optimizer, name)
     return (name in hyper_dict(optimizer) or name in vars(optimizer) or name in getattr(optimizer, "hyperparameter_names", ())
             or isinstance(getattr(type(optimizer), name, None), property))  # exclude_from_weight_decay...
+
+
+def _average_kernel(op: Callable, slot: str, rate: str, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
+    """:math:`a \\leftarrow a - (a - \\theta)\\,r` by ``op``, the library's ``ApplyMovingAverage``."""
+    return op(average=slots[slot].handle, average_rate=coefficients[rate], var=var)
 
 
 class OptimizerWrapper(Hyperparameters, OptimizerBase):
@@ -229,7 +234,9 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         """``(slot, coefficient)`` when :meth:`after_step` of ``var`` is exactly the moving average
         :math:`a \\leftarrow a - (a - \\theta)\\,r` of the variable (``a`` that slot, ``r`` that
         coefficient), so that the inner rule's fused kernel may run it in its own pass over memory
-        (``UpdateRule.fused_dense_kernel``: Adam's). Defaults to none."""
+        (``UpdateRule.fused_dense_kernel``: Adam's), and after any other step this library's
+        one-pass average kernel (``optimizers.kernels``) runs it, whatever the variable's size,
+        with nothing to compile. Defaults to none."""
         return None
 
     # --------------------------------------------------------- inner optimizer
@@ -427,8 +434,16 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         return slots_lib.get_slots(self, var, self._specs_of(var))
 
     def _after_kernel(self, var: tf.Variable) -> Callable | None:
-        """:meth:`after_kernel` of ``var``, unless ``var`` is compiled alone: then one compiled
-        pass (``MovingAverage(Adam)`` on 8 variables of 1M, 2 cores: 0.89x the kernel's step)."""
+        """The uncompiled :meth:`after_step` of ``var``: a moving average
+        (:meth:`after_step_as_average`) as this library's one-pass kernel where it is available
+        (as fast as a compiled pass, nothing to compile: a first step of ``MovingAverage`` on a
+        large embedding table pays no XLA compilation); else :meth:`after_kernel`, unless ``var``
+        is compiled alone: then one compiled pass (``MovingAverage(Adam)`` on 8 variables of 1M,
+        2 cores: 0.89x TensorFlow's two kernels)."""
+        names = self.after_step_as_average(var)
+        op = None if names is None else kernels.op(var, "ApplyMovingAverage")
+        if op is not None:
+            return functools.partial(_average_kernel, op, *names)
         if compiled.alone(self, var):
             return None
         return self.after_kernel(var)

@@ -81,14 +81,16 @@ class MovingAverage(AveragingWrapper):
         name: Defaults to ``"MovingAverage"``.
         **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm`` (set on the
             inner optimizer) and ``jit_compile``: compile the average update
-            with XLA where that pays: on a variable of over 2^18 elements (one
-            pass over memory instead of three), and inside a template
-            optimizer's compiled step. Defaults to ``True``. Elsewhere, and
-            everywhere with ``jit_compile=False``, it is TensorFlow's fused
-            gradient-descent kernel (:meth:`after_kernel`), with nothing to
-            compile and TFA's bits exactly. XLA may fuse the multiply and
-            subtract (FMA), so compiled averages can differ from TFA's in the
-            last bit.
+            with XLA inside a template optimizer's compiled step and, where
+            this library's kernels (``optimizers.kernels``) are not available,
+            on a variable of over 2^18 elements (one pass over memory instead
+            of three). Defaults to ``True``. Elsewhere, and everywhere with
+            ``jit_compile=False``, the average is one kernel with TFA's bits
+            exactly and nothing to compile: inside the inner Adam's or AdamW's
+            own fused kernel, else this library's one-pass average kernel,
+            else TensorFlow's fused gradient-descent kernel
+            (:meth:`after_kernel`). XLA may fuse the multiply and subtract
+            (FMA), so compiled averages can differ from TFA's in the last bit.
 
     Example:
 

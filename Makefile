@@ -29,7 +29,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q $(DEFAULT_STACK)
 	$(VENV)/bin/pip install -q -e ".[test,docs,examples]"
-	$(PY) -m optimizers.kernels || echo "The fused kernels did not build: AdamW, MovingAverage, Yogi, AdaBelief, RectifiedAdam and COCOB take TensorFlow's kernels or their compiled steps"
+	$(PY) -m optimizers.kernels || echo "The fused kernels did not build: AdamW, MovingAverage, Yogi, AdaBelief, RectifiedAdam, COCOB and ProximalAdagrad take TensorFlow's kernels or their compiled steps"
 	touch $@
 
 $(VENV_TFA)/.installed: setup.cfg pyproject.toml
@@ -38,7 +38,7 @@ $(VENV_TFA)/.installed: setup.cfg pyproject.toml
 	$(VENV_TFA)/bin/pip install -q $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py \
 		scikit-learn matplotlib nbclient nbformat ipykernel
 	$(VENV_TFA)/bin/pip install -q --no-deps -e .
-	$(PY_TFA) -m optimizers.kernels || echo "The fused kernels did not build: AdamW, MovingAverage, Yogi, AdaBelief, RectifiedAdam and COCOB take TensorFlow's kernels or their compiled steps"
+	$(PY_TFA) -m optimizers.kernels || echo "The fused kernels did not build: AdamW, MovingAverage, Yogi, AdaBelief, RectifiedAdam, COCOB and ProximalAdagrad take TensorFlow's kernels or their compiled steps"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -1,6 +1,6 @@
 """LAMB, NovoGrad, COCOB, ConditionalGradient, ProximalAdagrad: dense step vs tf_keras's fused Adam.
 
-Each of ours (its default step: XLA, or COCOB's fused kernel) against tf_keras's
+Each of ours (its default step: XLA, or COCOB's and ProximalAdagrad's fused kernels) against tf_keras's
 legacy ``Adam`` (one fused C++ kernel) on the same ~8M float32 parameters (8
 variables of 1M). The goals
 come from the memory each step must move, in arrays the size of the
@@ -18,7 +18,8 @@ parameters, times the 1.3 allowed for an XLA rule that moves what Adam moves
   fused kernel, faster than XLA here, see its docstring); ``"nuclear"`` is
   bound by one SVD per variable (no goal, on 1M parameters: 8 variables of
   125 x 1000);
-* ProximalAdagrad: read g, theta, a, write theta, a: 5, goal 0.95.
+* ProximalAdagrad: read g, theta, a, write theta, a: 5, goal 0.95 (one pass:
+  its fused kernel).
 
 ``python benchmarks/bench_layerwise.py --tfa NAME`` (run by these cases when
 .venv-tf215 exists) times, in the TF 2.15 environment where this library is
@@ -90,7 +91,7 @@ def cases() -> list[Case]:
                 norm_times)]
     for name, (_, goal, size) in CONFIGS.items():
         problem = functools.partial(dense_problem, size)
-        how = " (fused kernel)" if name == "COCOB" else ""
+        how = " (fused kernel)" if name in ("COCOB", "ProximalAdagrad") else ""
         out.append(Case(f"layerwise {name}{how} / fused Adam, {_label(name)}", "tf_keras legacy Adam", goal,
                         functools.partial(compare, functools.partial(_ours, name),
                                           lambda: keras.optimizers.legacy.Adam(1e-3), 15, problem)))

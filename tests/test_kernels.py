@@ -26,6 +26,7 @@ from optimizers import Adam, AdamW, MovingAverage, keras, kernels
 from optimizers.compiled import compiled_function_count
 from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.cocob import COCOB
+from optimizers.rules.proximal_adagrad import ProximalAdagrad
 from optimizers.rules.rectified_adam import RectifiedAdam
 from optimizers.rules.yogi import Yogi
 
@@ -222,6 +223,10 @@ ADAPTIVE = {
     "radam_defaults": ("FusedApplyRectifiedAdam", lambda **k: RectifiedAdam(**k)),
     "cocob": ("FusedApplyCocob", lambda **k: COCOB(**k)),
     "cocob_alpha": ("FusedApplyCocob", lambda **k: COCOB(alpha=1.5, **k)),  # max(G + L, alpha L) takes both sides
+    "proximal_adagrad": ("FusedApplyProximalAdagrad", lambda **k: ProximalAdagrad(
+        learning_rate=0.5, l1_regularization_strength=0.3, l2_regularization_strength=0.1, **k)),
+    "proximal_adagrad_l2": ("FusedApplyProximalAdagrad", lambda **k: ProximalAdagrad(
+        learning_rate=0.5, l2_regularization_strength=0.1, **k)),
 }
 STEPS_ADAPTIVE = 12
 
@@ -235,17 +240,23 @@ def _adaptive_states(make, dtype, shape, mode, fused_ops):
     return [var.numpy()] + opt.get_weights()
 
 
+# Small, and large with a last packet cut short (999999 elements: Rsqrt's scalar tail, after blocks
+# of packets split between threads).
+ADAPTIVE_SHAPES = {"small": SHAPES["small"], "large": (999, 1001)}
+
+
 @pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("size", sorted(SHAPES))
+@pytest.mark.parametrize("size", sorted(ADAPTIVE_SHAPES))
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("name", sorted(ADAPTIVE))
 def test_adaptive_kernels_give_the_bits_of_the_rules_own_step(name, dtype, size, mode, monkeypatch):
     op, make = ADAPTIVE[name]
     for jit_compile in (True, False):  # the kernel is the dense step either way, on this process's CPU
-        ours = _adaptive_states(functools.partial(make, jit_compile=jit_compile), dtype, SHAPES[size], mode, [op])
+        ours = _adaptive_states(functools.partial(make, jit_compile=jit_compile), dtype, ADAPTIVE_SHAPES[size], mode,
+                                [op])
         with monkeypatch.context() as patch:  # the library's kernels off: the rule's step in plain ops
             patch.setattr(kernels, "op", lambda var, name: None)
-            expected = _adaptive_states(lambda: make(jit_compile=False), dtype, SHAPES[size], mode, [])
+            expected = _adaptive_states(lambda: make(jit_compile=False), dtype, ADAPTIVE_SHAPES[size], mode, [])
         assert len(ours) == len(expected)
         for i, (a, b) in enumerate(zip(ours, expected)):
             np.testing.assert_array_equal(a, b, err_msg=f"{name}, jit_compile={jit_compile}: array {i} (0: the "

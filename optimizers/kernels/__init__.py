@@ -6,7 +6,7 @@ moving average of the weights (``MovingAverage``) takes two more ops after it. `
 is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
 same bits in one pass over memory (and the average alone, after any other step) (``benchmarks/bench_adamw.py``,
 ``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
-RectifiedAdam and COCOB, each one kernel with the bits of TensorFlow Addons' ops
+RectifiedAdam, COCOB and ProximalAdagrad, each one kernel with the bits of TensorFlow Addons' ops
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``).
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
 TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
@@ -109,7 +109,7 @@ def _library() -> Any:
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's and COCOB's their compiled steps (the same numbers or within rounding, "
+                              f"RectifiedAdam's, COCOB's and ProximalAdagrad's their compiled steps (the same numbers or within rounding, "
                               f"more passes over memory): {error}", RuntimeWarning, stacklevel=3)
     return _state["library"]
 
@@ -136,8 +136,8 @@ def _runs_here(var: Any) -> bool:
 
 #: The variable dtypes of each op: Adam's take TensorFlow's optimizer kernels' four, the others float32 and float64.
 DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
-DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob"),
-                            (tf.float32, tf.float64)))
+DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
+                             "FusedApplyProximalAdagrad"), (tf.float32, tf.float64)))
 
 
 def op(var: Any, name: str) -> Any:

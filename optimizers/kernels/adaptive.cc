@@ -1,5 +1,6 @@
 // Dense steps of Yogi, AdaBelief, RectifiedAdam and COCOB, each as one kernel (TensorFlow has none
-// for them; TensorFlow Addons runs each as a dozen element-wise ops, a pass over memory per op):
+// for them; TensorFlow Addons runs each as a dozen element-wise ops, a pass over memory per op),
+// and of ProximalAdagrad (TensorFlow's kernel takes three passes):
 //
 //   FusedApplyYogi            m <- m b1 + g (1 - b1);  v <- v + (1 - b2) sign(g^2 - v) g^2
 //                             r = alpha / (sqrt(v) + eps);  u = var - r m
@@ -12,6 +13,8 @@
 //   (both)                    var <- var - lr_t (u + wd var)   (without "+ wd var" unless decayed)
 //   FusedApplyCocob           L <- max(L, |g|);  S <- S + g;  G <- G + |g|;  R <- max(R - g w~, 0)
 //                             w' = -S / (L max(G + L, alpha L)) (R + L);  var <- var - w~ + w';  w~ <- w'
+//   FusedApplyProximalAdagrad a <- a + g^2;  r = lr rsqrt(a);  u = var - g r
+//                             var <- (l1 > 0 ? sign(u) max(|u| - r l1, 0) : u) / (1 + l2 r)
 //
 // In float32 and float64 (16-bit variables take the rule's own step). The per-step scalars
 // (alpha, c1, c2, r_t, lr_t, rectified as 0 or 1) come computed by the rule's `prepare`. Each
@@ -35,6 +38,19 @@ inline T Sign(T x) {
 template <typename T>
 inline T Max(T a, T b) {
   return b > a || b != b ? b : a;
+}
+
+// TensorFlow's Rsqrt of a block: Eigen's vectorized reciprocal square root on whole packets (in
+// float32 an approximation refined by a Newton step, not 1 / sqrt), 1 / sqrt on the last elements.
+template <typename T>
+void Rsqrt(const T* __restrict__ x, T* __restrict__ out, Eigen::Index n) {
+  using Packet = typename Eigen::internal::packet_traits<T>::type;
+  constexpr Eigen::Index kSize = Eigen::internal::unpacket_traits<Packet>::size;
+  Eigen::Index i = 0;
+  for (; i + kSize <= n; i += kSize) {
+    Eigen::internal::pstoreu(out + i, Eigen::internal::prsqrt(Eigen::internal::ploadu<Packet>(x + i)));
+  }
+  for (; i < n; ++i) out[i] = Eigen::numext::rsqrt(x[i]);
 }
 
 // Each step is a plain loop over the elements, one statement per TensorFlow op, which the compiler
@@ -104,6 +120,44 @@ void CocobLoop(T* __restrict__ w, T* __restrict__ lr, T* __restrict__ grad_norm_
     reward[i] = r;
   }
 }
+
+// kL1: the l1 shrinkage (l1 > 0), a loop of its own so that each loop vectorizes.
+template <typename T, bool kL1>
+void ProximalAdagradLoop(T* __restrict__ w, T* __restrict__ a, const T* __restrict__ g, Eigen::Index n, T lr,
+                         T l1, T l2) {
+  T rate[kBlock];
+  for (Eigen::Index i = 0; i < n; ++i) a[i] = a[i] + g[i] * g[i];
+  Rsqrt(a, rate, n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const T r = lr * rate[i];
+    const T u = w[i] - g[i] * r;
+    T shrunk = u;
+    if (kL1) {
+      const T excess = std::fabs(u) - r * l1;
+      shrunk = Sign(u) * (excess <= T(0) ? T(0) : excess);  // Maximum with a scalar 0: +0 for -0, NaN stays
+    }
+    w[i] = shrunk / (T(1) + l2 * r);
+  }
+}
+
+template <typename T>
+class FusedApplyProximalAdagradOp : public tf::OpKernel {
+ public:
+  explicit FusedApplyProximalAdagradOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {}
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/2, /*scalars=*/3);  // var, accumulator
+    if (!in.ok()) return;
+    const T lr = in.scalar(0), l1 = in.scalar(1), l2 = in.scalar(2);
+    in.ForEachBlock(20, [&](std::vector<Array<T>>& x, const ConstArray<T>& g) {
+      if (l1 > T(0)) {
+        ProximalAdagradLoop<T, true>(x[0].data(), x[1].data(), g.data(), g.size(), lr, l1, l2);
+      } else {
+        ProximalAdagradLoop<T, false>(x[0].data(), x[1].data(), g.data(), g.size(), lr, l1, l2);
+      }
+    });
+  }
+};
 
 template <typename T>
 class FusedApplyCocobOp : public tf::OpKernel {
@@ -194,6 +248,9 @@ REGISTER_OP("FusedApplyCocob")
     .Input("var: resource").Input("lr: resource").Input("grad_norm_sum: resource").Input("gradients_sum: resource")
     .Input("tilde_w: resource").Input("reward: resource").Input("alpha: T").Input("grad: T")
     .Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
+REGISTER_OP("FusedApplyProximalAdagrad")
+    .Input("var: resource").Input("accumulator: resource").Input("lr: T").Input("l1: T").Input("l2: T")
+    .Input("grad: T").Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
 #define RECTIFIED_INPUTS(op)                                                                       \
   REGISTER_OP(op)                                                                                  \
       .Input("var: resource").Input("m: resource").Input("v: resource")                            \
@@ -216,7 +273,8 @@ using RectifiedAdamOp = FusedApplyRectifiedOp<T, false>;
   REGISTER_CPU("FusedApplyYogi", T, FusedApplyYogiOp);           \
   REGISTER_CPU("FusedApplyAdaBelief", T, AdaBeliefOp);           \
   REGISTER_CPU("FusedApplyRectifiedAdam", T, RectifiedAdamOp);   \
-  REGISTER_CPU("FusedApplyCocob", T, FusedApplyCocobOp)
+  REGISTER_CPU("FusedApplyCocob", T, FusedApplyCocobOp);         \
+  REGISTER_CPU("FusedApplyProximalAdagrad", T, FusedApplyProximalAdagradOp)
 REGISTER_ALL(float);
 REGISTER_ALL(double);
 #undef REGISTER_ALL

@@ -75,11 +75,15 @@ class StepInputs {
 
   // Calls `block(variables, grad)` on the arrays of every block of elements, in parallel: the
   // variables as `Array<T>`s in input order, the gradient as a `ConstArray<T>`. `cycles` is the
-  // arithmetic per element, for the thread pool's cost model.
+  // arithmetic per element, for the thread pool's cost model. Every block but the last starts
+  // and ends at a multiple of kBlock, so a vectorized function's packets fall where they fall in
+  // TensorFlow's kernels (which split at multiples of the packet size): only the last elements
+  // of the array, fewer than a packet, take the scalar form.
   template <typename Block>
   void ForEachBlock(int cycles, Block block) {
     const Eigen::TensorOpCost cost((resources_ + 1) * sizeof(T), resources_ * sizeof(T), cycles);
-    ctx_->eigen_device<CPUDevice>().parallelFor(arrays_[0].NumElements(), cost, [&](Eigen::Index b, Eigen::Index e) {
+    const auto align = [](Eigen::Index size) { return (size + kBlock - 1) / kBlock * kBlock; };
+    ctx_->eigen_device<CPUDevice>().parallelFor(arrays_[0].NumElements(), cost, align, [&](Eigen::Index b, Eigen::Index e) {
       std::vector<Array<T>> variables;
       variables.reserve(resources_);
       for (Eigen::Index s = b; s < e; s += kBlock) {

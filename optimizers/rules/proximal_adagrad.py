@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from optimizers import kernels
+from optimizers.rule import kernel_if_unchanged
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -33,7 +35,10 @@ class ProximalAdagrad(CustomOptimizerV2):
     other rows are not shrunk), as in TFA. Fix over TFA:
     ``from_config(get_config())`` works after training (TFA's config then
     holds numpy floats, which its constructor refuses); ours also builds from
-    such a TFA config.
+    such a TFA config. A dense step on this process's CPU, in float32 or
+    float64, is one kernel of this library (``optimizers.kernels``) with
+    TFA's bits, one pass over memory; elsewhere the steps are the plain ops of
+    ``_step``, compiled with XLA by default (equal within float rounding).
 
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule.
@@ -78,6 +83,18 @@ class ProximalAdagrad(CustomOptimizerV2):
     def slot_specs(self, var: tf.Variable) -> list:
         value = self.initial_accumulator_value
         return [SlotSpec("accumulator", lambda shape, dtype: tf.fill(shape, tf.constant(value, dtype)))]
+
+    def dense_kernel(self, var, options):
+        """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
+        and ``var`` is on this process's CPU, outside XLA."""
+        op = kernels.op(var, "FusedApplyProximalAdagrad")
+        return None if op is None else kernel_if_unchanged(
+            self, ProximalAdagrad, ("prepare", "update_dense", "_step"), var, functools.partial(self._kernel_step, op))
+
+    @staticmethod
+    def _kernel_step(op, grad, var, slots, c):
+        return op(var=var.handle, accumulator=slots["accumulator"].handle, lr=c["learning_rate"],
+                  l1=c["l1_regularization_strength"], l2=c["l2_regularization_strength"], grad=grad)
 
     @staticmethod
     def _step(grad, var, accumulator, coefficients):

@@ -4,8 +4,8 @@ TensorFlow has no fused kernel for decoupled weight decay followed by Adam (Tens
 AdamW): it takes a decay op, one more pass over each variable, then ``ResourceApplyAdam``; and a
 moving average of the weights (``MovingAverage``) takes two more ops after it. ``fused_adam.cc``
 is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
-same bits in one pass over memory (and the average alone, after any other step) (``benchmarks/bench_adamw.py``,
-``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
+same bits in one pass over memory, and the average alone, after any other step
+(``benchmarks/bench_adamw.py``, ``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
 RectifiedAdam, COCOB and ProximalAdagrad, each one kernel with the bits of TensorFlow Addons' ops
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``).
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
@@ -109,8 +109,9 @@ def _library() -> Any:
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's, COCOB's and ProximalAdagrad's their compiled steps (the same numbers or within rounding, "
-                              f"more passes over memory): {error}", RuntimeWarning, stacklevel=3)
+                              f"RectifiedAdam's, COCOB's and ProximalAdagrad's their compiled steps (the same "
+                              f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
+                              stacklevel=3)
     return _state["library"]
 
 

@@ -39,6 +39,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tfa" in item.keywords and not HAS_TFA:
             item.add_marker(pytest.mark.skip(reason="TensorFlow Addons runs in the TF 2.15 env (make test-tf215)"))
+    # The parameter-server tests connect their process to a cluster, after which no other strategy
+    # runs in it ("unknown device"): run with others (`pytest tests`), they go last. `make test`
+    # runs them in a process of their own.
+    items.sort(key=lambda item: item.path.name == "test_parameter_server.py")
 
 
 @pytest.fixture(scope="session")

@@ -8,16 +8,19 @@ optimizer can also be used as the updater of chosen variables.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.hyperparameters import Hyperparameters
 from slots import SlotSpec
 
-__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "call_hook", "kernel_if_unchanged", "sum_of_squares"]
+__all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "call_hook", "kernel_if_unchanged", "library_kernel",
+           "sum_of_squares"]
 
 #: How a rule's gradients are combined across replicas.
 REDUCTIONS = ("sum", "mean", "max", "none")
@@ -54,6 +57,15 @@ def kernel_if_unchanged(rule: Any, owner: type, hooks: Sequence[str], var: tf.Va
     :data:`KERNEL_DTYPES`; else ``None``."""
     unchanged = all(getattr(type(rule), hook) is getattr(owner, hook) for hook in hooks)
     return kernel if unchanged and var.dtype.base_dtype in KERNEL_DTYPES else None
+
+
+def library_kernel(rule: Any, owner: type, hooks: Sequence[str], var: tf.Variable, name: str,
+                   step: Callable) -> Callable | None:
+    """``step`` with this library's op ``name`` (``optimizers.kernels.op``) as its first argument, as
+    ``rule``'s dense kernel of ``var`` (see :func:`kernel_if_unchanged`); ``None`` where the op is
+    not available for ``var`` or ``rule``'s class changed ``owner``'s ``hooks``."""
+    op = kernels.op(var, name)
+    return None if op is None else kernel_if_unchanged(rule, owner, hooks, var, functools.partial(step, op))
 
 
 def sum_of_squares(x: tf.Tensor, compiled: bool = True) -> tf.Tensor:

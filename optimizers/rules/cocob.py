@@ -8,9 +8,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from optimizers import kernels
 from optimizers.hyperparameters import check_bool
-from optimizers.rule import kernel_if_unchanged
+from optimizers.rule import library_kernel
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -93,9 +92,8 @@ class COCOB(CustomOptimizerV2):
     def dense_kernel(self, var, options):
         """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
         and ``var`` is on this process's CPU, outside XLA."""
-        op = kernels.op(var, "FusedApplyCocob")
-        return None if op is None else kernel_if_unchanged(
-            self, COCOB, ("prepare", "update_dense", "_step"), var, functools.partial(self._kernel_step, op))
+        return library_kernel(self, COCOB, ("prepare", "update_dense", "_step"), var, "FusedApplyCocob",
+                              self._kernel_step)
 
     @staticmethod
     def _kernel_step(op, grad, var, slots, c):

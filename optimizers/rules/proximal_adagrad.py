@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from optimizers import kernels
-from optimizers.rule import kernel_if_unchanged
+from optimizers.rule import library_kernel
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -87,9 +86,8 @@ class ProximalAdagrad(CustomOptimizerV2):
     def dense_kernel(self, var, options):
         """The dense step as one kernel with TFA's bits (``optimizers.kernels``), where it is built
         and ``var`` is on this process's CPU, outside XLA."""
-        op = kernels.op(var, "FusedApplyProximalAdagrad")
-        return None if op is None else kernel_if_unchanged(
-            self, ProximalAdagrad, ("prepare", "update_dense", "_step"), var, functools.partial(self._kernel_step, op))
+        return library_kernel(self, ProximalAdagrad, ("prepare", "update_dense", "_step"), var,
+                              "FusedApplyProximalAdagrad", self._kernel_step)
 
     @staticmethod
     def _kernel_step(op, grad, var, slots, c):

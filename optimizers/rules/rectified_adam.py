@@ -8,10 +8,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers import kernels
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
-from optimizers.rule import kernel_if_unchanged
+from optimizers.rule import library_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["RectifiedAdam"]
@@ -85,14 +84,11 @@ def rectified_kernel(rule: CustomOptimizerV2, owner: type, var: tf.Variable, opt
     ``corrections``: the names of the two bias corrections ``prepare`` computes for it."""
     if rule.amsgrad:
         return None
-    op = kernels.op(var, f"FusedApply{owner.__name__}")
-    if op is None:
-        return None
-    step = functools.partial(_rectified_kernel_step, op, corrections, dict(attrs, decayed=bool(options.get("decayed"))))
-    return kernel_if_unchanged(rule, owner, ("prepare", "update_dense", "_step"), var, step)
+    step = functools.partial(_rectified_kernel_step, corrections, dict(attrs, decayed=bool(options.get("decayed"))))
+    return library_kernel(rule, owner, ("prepare", "update_dense", "_step"), var, f"FusedApply{owner.__name__}", step)
 
 
-def _rectified_kernel_step(op, corrections, attrs, grad, var, slots, c):
+def _rectified_kernel_step(corrections, attrs, op, grad, var, slots, c):
     decay = c["weight_decay_factor"] if attrs["decayed"] else tf.zeros([], grad.dtype)
     return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, lr=c["lr_t"], beta1=c["beta_1"],
               beta2=c["beta_2"], epsilon=c["epsilon"], c1=c[corrections[0]], c2=c[corrections[1]], r_t=c["r_t"],

@@ -9,9 +9,8 @@ from typing import Any
 import tensorflow as tf
 
 import slots as slots_lib
-from optimizers import kernels
 from optimizers.hyperparameters import check_number
-from optimizers.rule import kernel_if_unchanged
+from optimizers.rule import library_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Yogi"]
@@ -115,9 +114,8 @@ class Yogi(CustomOptimizerV2):
         and ``var`` is on this process's CPU, outside XLA; with an ``m`` slot and ``"sign"``."""
         if not self._has_m or self.activation != "sign":
             return None
-        op = kernels.op(var, "FusedApplyYogi")
-        return None if op is None else kernel_if_unchanged(
-            self, Yogi, ("prepare", "update_dense", "_new_v", "_new_var"), var, functools.partial(self._kernel_step, op))
+        return library_kernel(self, Yogi, ("prepare", "update_dense", "_new_v", "_new_var"), var, "FusedApplyYogi",
+                              self._kernel_step)
 
     @staticmethod
     def _kernel_step(op, grad, var, slots, c):

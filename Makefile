@@ -1,4 +1,5 @@
-# Every target does its own set-up: a fresh machine needs only Python 3.
+# Every target does its own set-up: a fresh machine needs only Python 3. The virtual
+# environments are filled by uv (from PyPI), which installs TensorFlow in seconds where pip takes minutes.
 PYTHON ?= python3
 VENV := .venv
 VENV_TFA := .venv-tf215
@@ -26,18 +27,17 @@ help:
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q $(DEFAULT_STACK)
-	$(VENV)/bin/pip install -q -e ".[test,docs,examples]"
+	$(VENV)/bin/pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) $(DEFAULT_STACK) -e ".[test,docs,examples]"
 	$(PY) -m optimizers.kernels || echo "The fused kernels did not build: AdamW, MovingAverage, Yogi, AdaBelief, RectifiedAdam, COCOB and ProximalAdagrad take TensorFlow's kernels or their compiled steps"
 	touch $@
 
 $(VENV_TFA)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_TFA)
-	$(VENV_TFA)/bin/pip install -q --upgrade pip
-	$(VENV_TFA)/bin/pip install -q $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py \
+	$(VENV_TFA)/bin/pip install -q uv
+	$(VENV_TFA)/bin/uv pip install -q --python $(PY_TFA) $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py \
 		scikit-learn matplotlib nbclient nbformat ipykernel
-	$(VENV_TFA)/bin/pip install -q --no-deps -e .
+	$(VENV_TFA)/bin/uv pip install -q --python $(PY_TFA) --no-deps -e .
 	$(PY_TFA) -m optimizers.kernels || echo "The fused kernels did not build: AdamW, MovingAverage, Yogi, AdaBelief, RectifiedAdam, COCOB and ProximalAdagrad take TensorFlow's kernels or their compiled steps"
 	touch $@
 

@@ -3,9 +3,11 @@
 Adam's: the reference is what TensorFlow Addons' AdamW and MovingAverage run: TensorFlow's
 gradient-descent kernel with ``delta = var`` (the decay), then TensorFlow's
 ``ResourceApplyAdam``, then the average's gradient-descent kernel with ``delta = average - var``.
-Yogi's, AdaBelief's and RectifiedAdam's: the reference is the rule's own step in plain
-TensorFlow ops with the kernels off, whose bits are TensorFlow Addons' (pinned live against TFA
-in ``catalogue/test_adamlike_tfa.py``, which on TF 2.15 runs the kernels too).
+Yogi's, AdaBelief's, RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's and NovoGrad's: the
+reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
+TensorFlow Addons' (pinned live against TFA in ``catalogue/test_adamlike_tfa.py`` and
+``catalogue/test_layerwise_tfa.py``, which on TF 2.15 run the kernels too). ``SumOfSquares``:
+the reference is TensorFlow's ``reduce_sum(square(x))``, at several thread-pool sizes.
 The fused kernels must give those bits exactly, in every dtype they take, on small and
 large variables (large ones were compiled with XLA before the kernels existed), eagerly and in
 ``tf.function``; inside a whole-step XLA compile, and where the kernels are off or cannot be
@@ -26,6 +28,8 @@ from optimizers import Adam, AdamW, MovingAverage, keras, kernels
 from optimizers.compiled import compiled_function_count
 from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.cocob import COCOB
+from optimizers.rules.lamb import LAMB
+from optimizers.rules.novograd import NovoGrad
 from optimizers.rules.proximal_adagrad import ProximalAdagrad
 from optimizers.rules.rectified_adam import RectifiedAdam
 from optimizers.rules.yogi import Yogi
@@ -210,7 +214,8 @@ def test_a_moving_average_after_another_step_is_one_kernel_with_the_bits_of_tens
 
 # name: (the op, a maker of the optimizer). Non-default hyperparameters reach every branch of
 # each kernel within STEPS_ADAPTIVE steps: l1 and l2 (Yogi), weight decay, beta_2 = 0.8 so that the
-# rectified steps start at step 10 (rho_t >= 5), AdaBelief without rectification, COCOB with a small alpha.
+# rectified steps start at step 10 (rho_t >= 5), AdaBelief without rectification, COCOB with a small
+# alpha, LAMB without decay or layer adaptation, NovoGrad's gradient averaging (after its first step).
 ADAPTIVE = {
     "yogi": ("FusedApplyYogi", lambda **k: Yogi(learning_rate=0.1, beta1=0.8, beta2=0.95, epsilon=1e-2,
                                                  l1_regularization_strength=0.05, l2_regularization_strength=0.1, **k)),
@@ -227,6 +232,14 @@ ADAPTIVE = {
         learning_rate=0.5, l1_regularization_strength=0.3, l2_regularization_strength=0.1, **k)),
     "proximal_adagrad_l2": ("FusedApplyProximalAdagrad", lambda **k: ProximalAdagrad(
         learning_rate=0.5, l2_regularization_strength=0.1, **k)),
+    "lamb": ("FusedLambDirection", lambda **k: LAMB(learning_rate=0.05, beta_1=0.8, beta_2=0.95, weight_decay=0.01,
+                                                    **k)),
+    "lamb_defaults": ("FusedLambDirection", lambda **k: LAMB(**k)),
+    "lamb_not_adapted": ("FusedLambDirection", lambda **k: LAMB(weight_decay=0.01,
+                                                                exclude_from_layer_adaptation=["Variable"], **k)),
+    "novograd": ("FusedApplyNovoGrad", lambda **k: NovoGrad(learning_rate=0.1, beta_1=0.8, beta_2=0.9,
+                                                            weight_decay=0.05, grad_averaging=True, **k)),
+    "novograd_defaults": ("FusedApplyNovoGrad", lambda **k: NovoGrad(**k)),
 }
 STEPS_ADAPTIVE = 12
 
@@ -287,7 +300,8 @@ def test_adaptive_kernels_carry_nan_inf_and_zero_gradients_as_the_rules_own_step
 
 @pytest.mark.parametrize("make", [
     lambda: Yogi(activation="tanh"), lambda: Yogi(beta1=0.0), lambda: AdaBelief(amsgrad=True),
-    lambda: RectifiedAdam(amsgrad=True)], ids=["yogi_tanh", "yogi_no_momentum", "adabelief_amsgrad", "radam_amsgrad"])
+    lambda: RectifiedAdam(amsgrad=True), lambda: NovoGrad(amsgrad=True)],
+    ids=["yogi_tanh", "yogi_no_momentum", "adabelief_amsgrad", "radam_amsgrad", "novograd_amsgrad"])
 def test_steps_the_adaptive_kernels_do_not_cover_keep_the_rules_own_step(make):
     var = tf.Variable(tf.ones([4, 3]))
     opt = make()
@@ -299,6 +313,33 @@ def test_steps_the_adaptive_kernels_do_not_cover_keep_the_rules_own_step(make):
 def test_16_bit_variables_keep_the_adaptive_rules_own_step(dtype):
     assert all(kernels.op(tf.Variable(tf.ones([2], dtype)), op) is None for op, _ in ADAPTIVE.values())
     assert kernels.op(tf.Variable(tf.ones([2], tf.float32)), "FusedApplyYogi") is not None
+
+
+_SUM_OF_SQUARES = textwrap.dedent("""
+    import sys
+    import numpy as np, tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+    from optimizers import kernels
+    rng, differ = np.random.default_rng(0), []
+    for dtype in (tf.float32, tf.float64):
+        for shape in [(0,), (1,), (7,), (1025,), (8193,), (100003,), (999, 1001), (8_000_000,)]:
+            x = tf.constant(rng.standard_normal(shape) * 1e3, dtype)
+            ours = tf.function(kernels.op(x, "SumOfSquares"))(x).numpy()
+            if ours.tobytes() != tf.reduce_sum(tf.square(x)).numpy().tobytes():
+                differ.append(f"{dtype.name} {shape}")
+    print(differ)
+""")
+
+
+@pytest.mark.parametrize("threads", ["1", "3", "16"])
+def test_sum_of_squares_gives_the_bits_of_tensorflows_reduction_at_any_thread_pool_size(threads):
+    """The norm of LAMB and NovoGrad: the bits of Sum over Square, which split the sum between as
+    many threads as the cost model gives at the pool's size (on 8M float32 elements, 1 or 2 threads
+    give other bits than 3 or more: measured), in one read of ``x``."""
+    result = subprocess.run([sys.executable, "-c", _SUM_OF_SQUARES, threads],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 _FALLBACK = textwrap.dedent("""

@@ -7,7 +7,9 @@ is Adam's step with the decay before it, the average after it, or both, as one k
 same bits in one pass over memory, and the average alone, after any other step
 (``benchmarks/bench_adamw.py``, ``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
 RectifiedAdam, COCOB and ProximalAdagrad, each one kernel with the bits of TensorFlow Addons' ops
-(``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``).
+(``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``). ``layerwise.cc`` is the
+per-variable norm of LAMB and NovoGrad (the bits of TensorFlow's ``reduce_sum(square(x))``,
+whichever the thread pool, reading ``x`` once) and the element-wise pass on each side of it.
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
 TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
 TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
@@ -41,7 +43,7 @@ from optimizers.keras_compat import in_xla_context
 __all__ = ["op", "fused_adam", "library_path", "build", "DTYPES"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOURCES = [os.path.join(_HERE, name) for name in ("fused_adam.cc", "adaptive.cc")]
+_SOURCES = [os.path.join(_HERE, name) for name in ("fused_adam.cc", "adaptive.cc", "layerwise.cc")]
 _HEADERS = [os.path.join(_HERE, "fused_step.h")]
 # -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels;
 # -fno-math-errno, -fno-trapping-math: square roots and selections vectorize (the same values; no
@@ -109,7 +111,7 @@ def _library() -> Any:
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's, COCOB's and ProximalAdagrad's their compiled steps (the same "
+                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's and NovoGrad's their own steps (the same "
                               f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
                               stacklevel=3)
     return _state["library"]
@@ -138,7 +140,8 @@ def _runs_here(var: Any) -> bool:
 #: The variable dtypes of each op: Adam's take TensorFlow's optimizer kernels' four, the others float32 and float64.
 DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
 DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
-                             "FusedApplyProximalAdagrad"), (tf.float32, tf.float64)))
+                             "FusedApplyProximalAdagrad", "SumOfSquares", "FusedLambDirection",
+                             "FusedApplyNovoGrad"), (tf.float32, tf.float64)))
 
 
 def op(var: Any, name: str) -> Any:

@@ -8,9 +8,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.compiled import alone, signature
 from optimizers.hyperparameters import check_number
-from optimizers.rule import kernel_if_unchanged, sum_of_squares
+from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
 from optimizers.template import CustomOptimizerV2
 from optimizers.weight_decay import VariableMask, check_patterns
 
@@ -22,6 +23,9 @@ def check_constant(name: str, value: Any, **bounds: Any) -> None:
     if tf.is_tensor(value) or callable(value):
         raise TypeError(f"`{name}` must be a Python float. Received: {name}={value!r}")
     check_number(name, value, **bounds)
+
+
+_plain_squares = functools.partial(sum_of_squares, compiled=False)
 
 
 class LAMB(CustomOptimizerV2):
@@ -120,20 +124,33 @@ class LAMB(CustomOptimizerV2):
                             epsilon=tf.constant(self.epsilon, dtype))
 
     def dense_kernel(self, var, options):
-        """A variable compiled alone (``jit_compile``, over ``BATCH_MAX_ELEMENTS``) takes three
-        pieces: the direction :math:`u` compiled (its pass also writes :math:`m` and :math:`v`),
-        the norms as TensorFlow's reductions (XLA's CPU reductions of 8 variables of 1M measured
-        3x slower: ``benchmarks/run.py "layerwise norms"``) and the step as TensorFlow's fused gradient-descent kernel. Each
-        piece computes what TFA's LAMB does. Smaller variables keep the compiled step in chunks."""
-        if not alone(self, var):
-            return None
+        """Where this library's kernels are built and ``var`` is on this process's CPU, outside XLA
+        (float32, float64): the direction :math:`u` as one kernel (its pass also writes :math:`m`
+        and :math:`v`), the norms as one read each (the bits of TensorFlow's reductions) and the
+        step as TensorFlow's gradient-descent kernel: TFA's bits. Else a variable compiled alone
+        (``jit_compile``, over ``BATCH_MAX_ELEMENTS``) takes the same three pieces with the
+        direction compiled and the norms as TensorFlow's reductions (XLA's CPU reductions of 8
+        variables of 1M measured 3x slower: ``benchmarks/run.py "layerwise norms"``); smaller
+        variables keep the compiled step in chunks."""
+        hooks = ("prepare", "update_dense", "_direction", "_ratio")
+        attrs = {"decayed": bool(options.get("decayed"))}
+        step = library_kernel(self, LAMB, hooks, var, "FusedLambDirection", functools.partial(self._kernel_step, attrs))
+        if step is not None or not alone(self, var):
+            return step
         key = ("direction",) + signature(var, options)
-        return kernel_if_unchanged(self, LAMB, ("prepare", "update_dense", "_direction", "_ratio"), var,
-                                   functools.partial(self._split_step, key))
+        return kernel_if_unchanged(self, LAMB, hooks, var, functools.partial(self._split_step, key))
+
+    def _kernel_step(self, attrs, op, grad, var, slots, c):
+        decay = c["weight_decay_factor"] if attrs["decayed"] else tf.zeros([], grad.dtype)
+        update = op(m=slots["m"].handle, v=slots["v"].handle, var=var.handle, beta1=c["beta_1"], beta2=c["beta_2"],
+                    epsilon=c["epsilon"], c1=c["m_correction"], c2=c["v_correction"], weight_decay=decay, grad=grad,
+                    **attrs)
+        alpha = self._ratio(var, update, c, kernels.op(var, "SumOfSquares")) * c["learning_rate"]
+        return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=alpha, delta=update)
 
     def _split_step(self, key, grad, var, slots, coefficients):
         update = self._compiled.evaluate(self._direction, key, grad, var, slots, coefficients)
-        alpha = self._ratio(var, update, coefficients, compiled=False) * coefficients["learning_rate"]
+        alpha = self._ratio(var, update, coefficients, _plain_squares) * coefficients["learning_rate"]
         return tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=alpha, delta=update)
 
     def _direction(self, grad, var, slots, coefficients):
@@ -150,15 +167,16 @@ class LAMB(CustomOptimizerV2):
         return update
 
     @staticmethod
-    def _ratio(var, update, coefficients, compiled):
-        """The trust ratio :math:`r` (``1.0`` for a variable excluded from layer adaptation)."""
+    def _ratio(var, update, coefficients, squares):
+        """The trust ratio :math:`r` (``1.0`` for a variable excluded from layer adaptation), with
+        ``squares(x)`` the sum of the squares of ``x``."""
         if not coefficients["layer_adaptation"]:
             return 1.0
-        w_norm = tf.sqrt(sum_of_squares(var, compiled))
-        u_norm = tf.sqrt(sum_of_squares(update, compiled))
+        w_norm = tf.sqrt(squares(var))
+        u_norm = tf.sqrt(squares(update))
         return tf.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, tf.ones_like(w_norm))
 
     def update_dense(self, grad, var, slots, coefficients):
         update = self._direction(grad, var, slots, coefficients)
-        ratio = self._ratio(var, update, coefficients, self.jit_compile)
+        ratio = self._ratio(var, update, coefficients, functools.partial(sum_of_squares, compiled=self.jit_compile))
         return var.assign(var - ratio * coefficients["learning_rate"] * update)

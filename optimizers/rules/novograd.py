@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.compiled import alone, signature
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
-from optimizers.rule import kernel_if_unchanged, sum_of_squares
+from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 from slots import SlotSpec
@@ -111,11 +112,13 @@ class NovoGrad(CustomOptimizerV2):
         """``d`` for the gradient rows ``grad`` (the whole gradient when ``rows`` is None), and the
         writes of the second moment."""
         compiled = self.jit_compile if compiled is None else compiled
-        v_t, writes = self._second_moment(grad, slots, coefficients, rows, compiled)
+        v_t, writes = self._second_moment(sum_of_squares(grad, compiled), slots, coefficients, rows)
         return self._scaled(grad, var_rows, v_t, coefficients, compiled), writes
 
-    def _second_moment(self, grad, slots, coefficients, rows, compiled):
-        v, g2 = slots["v"], sum_of_squares(grad, compiled)
+    def _second_moment(self, g2, slots, coefficients, rows):
+        """The second moment the step divides by (its ``rows``, when given), from ``g2``, the
+        gradient's squared norm; and the writes of the slots ``v`` (and ``vhat``)."""
+        v = slots["v"]
         v_t = tf.where(coefficients["first_step"], g2, v * coefficients["beta_2"] + g2 * coefficients["one_minus_beta_2"])
         writes = [v.assign(v_t)]
         if self.amsgrad:
@@ -137,23 +140,40 @@ class NovoGrad(CustomOptimizerV2):
         return direction
 
     def dense_kernel(self, var, options):
-        """The direction, then TensorFlow's fused momentum kernel (TFA's NovoGrad runs it): this
-        rule's dense step, exactly, when a subclass changes none of it. The direction is TFA's
-        plain ops, except on a variable compiled alone (``jit_compile``, over
+        """This rule's dense step, exactly, when a subclass changes none of it. Where this
+        library's kernels are built and ``var`` is on this process's CPU, outside XLA (float32,
+        float64, not AMSGrad): the norm as one read of the gradient (the bits of TensorFlow's
+        reduction), then one kernel for the direction and TensorFlow's momentum step. Else the
+        direction, then TensorFlow's fused momentum kernel (TFA's NovoGrad runs it); the
+        direction is TFA's plain ops, except on a variable compiled alone (``jit_compile``, over
         ``BATCH_MAX_ELEMENTS``): there the norm is TensorFlow's reduction and the scaling one
         compiled pass (reading the gradient and the variable once, writing ``d`` once)."""
         hooks = ("prepare", "update_dense", "_direction", "_second_moment", "_scaled")
+        if not self.amsgrad:
+            attrs = {"decayed": bool(options.get("decayed")), "grad_averaging": self.grad_averaging}
+            step = library_kernel(self, NovoGrad, hooks, var, "FusedApplyNovoGrad",
+                                  functools.partial(self._kernel_step, attrs))
+            if step is not None:
+                return step
         if alone(self, var):
             key = ("scaled",) + signature(var, options)
             return kernel_if_unchanged(self, NovoGrad, hooks, var, functools.partial(self._split_step, key))
         return kernel_if_unchanged(self, NovoGrad, hooks, var, self._fused_step)
+
+    def _kernel_step(self, attrs, op, grad, var, slots, c):
+        v_t, writes = self._second_moment(kernels.op(var, "SumOfSquares")(grad), slots, c, None)
+        decay = c["weight_decay_factor"] if attrs["decayed"] else tf.zeros([], grad.dtype)
+        with tf.control_dependencies(writes):
+            return op(var=var.handle, m=slots["m"].handle, lr=c["learning_rate"], beta1=c["beta_1"],
+                      denominator=tf.sqrt(v_t) + c["epsilon"], weight_decay=decay,
+                      first_step=tf.cast(c["first_step"], grad.dtype), grad=grad, **attrs)
 
     def _fused_step(self, grad, var, slots, coefficients):
         return self._momentum_step(var, slots, coefficients, *self._direction(grad, var, slots, coefficients,
                                                                               compiled=False))
 
     def _split_step(self, key, grad, var, slots, coefficients):
-        v_t, writes = self._second_moment(grad, slots, coefficients, None, compiled=False)
+        v_t, writes = self._second_moment(sum_of_squares(grad, compiled=False), slots, coefficients, None)
         direction = self._compiled.evaluate(self._scaled_compiled, key, grad, var, v_t, coefficients)
         return self._momentum_step(var, slots, coefficients, direction, writes)
 

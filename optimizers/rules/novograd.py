@@ -46,9 +46,12 @@ class NovoGrad(CustomOptimizerV2):
     its rows (of :math:`m` and :math:`\theta`; :math:`v` sums the rows'
     squares), as in TFA. :math:`\hat v` has the variable's shape (every entry
     holds the same number), as in TFA, so TFA checkpoints restore. A dense
-    step computes :math:`d` in plain ops (on a large variable: the norm in
-    plain ops, the rest in one compiled pass), then the update of :math:`m`
-    and :math:`\theta` is TensorFlow's fused momentum kernel, as in TFA.
+    step on a CPU (float32, float64, not AMSGrad) is two kernels of
+    ``optimizers.kernels``: the norm in one read of :math:`g`, then
+    :math:`d`, :math:`m` and :math:`\theta` in one pass, with TFA's bits.
+    Elsewhere it computes :math:`d` in plain ops (on a large variable: the
+    norm in plain ops, the rest in one compiled pass), then the update of
+    :math:`m` and :math:`\theta` is TensorFlow's fused momentum kernel, as in TFA.
 
     Fixes over TFA: ``amsgrad=True`` works with sparse gradients (TFA raises),
     and ``get_config`` keeps ``amsgrad`` (TFA drops it, so a reloaded TFA

@@ -32,6 +32,7 @@ def resumed(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("resume")  # one worker waits for the two processes, not every worker
 @pytest.mark.parametrize("case", OPTIMIZERS, ids=IDS)
 def test_restore_in_new_process_is_bit_identical(resumed, case):
     uninterrupted, resumed_ = resumed["first"], resumed["second"]

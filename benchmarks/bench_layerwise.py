@@ -17,10 +17,9 @@ parameters, times the 1.3 allowed for an XLA rule that moves what Adam moves
 * COCOB: read g, theta and 5 slots, write theta and 5 slots: 13, goal 2.4
   (its fused kernel of this library does that in one pass);
 * ConditionalGradient ("fro"): the norm of g, then read g, theta, write theta:
-  4, goal 0.75 (the bound of one fused pass: ours runs TFA's plain ops with one
-  fused kernel, faster than XLA here, see its docstring); ``"nuclear"`` is
-  bound by one SVD per variable (no goal, on 1M parameters: 8 variables of
-  125 x 1000);
+  4, goal 0.75 (its kernels do that); ``"nuclear"`` is bound by one SVD per
+  variable (no goal, on 1M parameters: 8 variables of 125 x 1000; after the
+  SVD, the same fused pass);
 * ProximalAdagrad: read g, theta, a, write theta, a: 5, goal 0.95 (one pass:
   its fused kernel).
 
@@ -94,8 +93,7 @@ def cases() -> list[Case]:
                 norm_times)]
     for name, (_, goal, size) in CONFIGS.items():
         problem = functools.partial(dense_problem, size)
-        how = " (fused kernel)" if name != "ConditionalGradient" else ""
-        out.append(Case(f"layerwise {name}{how} / fused Adam, {_label(name)}", "tf_keras legacy Adam", goal,
+        out.append(Case(f"layerwise {name} (fused kernel) / fused Adam, {_label(name)}", "tf_keras legacy Adam", goal,
                         functools.partial(compare, functools.partial(_ours, name),
                                           lambda: keras.optimizers.legacy.Adam(1e-3), 15, problem)))
         if os.path.exists(TFA_PYTHON):

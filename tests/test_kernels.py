@@ -3,8 +3,8 @@
 Adam's: the reference is what TensorFlow Addons' AdamW and MovingAverage run: TensorFlow's
 gradient-descent kernel with ``delta = var`` (the decay), then TensorFlow's
 ``ResourceApplyAdam``, then the average's gradient-descent kernel with ``delta = average - var``.
-Yogi's, AdaBelief's, RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's and NovoGrad's: the
-reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
+Yogi's, AdaBelief's, RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and
+ConditionalGradient's: the reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
 TensorFlow Addons' (pinned live against TFA in ``catalogue/test_adamlike_tfa.py`` and
 ``catalogue/test_layerwise_tfa.py``, which on TF 2.15 run the kernels too). ``SumOfSquares``:
 the reference is TensorFlow's ``reduce_sum(square(x))``, at several thread-pool sizes.
@@ -28,6 +28,7 @@ from optimizers import Adam, AdamW, MovingAverage, keras, kernels
 from optimizers.compiled import compiled_function_count
 from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.cocob import COCOB
+from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
 from optimizers.rules.novograd import NovoGrad
 from optimizers.rules.proximal_adagrad import ProximalAdagrad
@@ -240,6 +241,10 @@ ADAPTIVE = {
     "novograd": ("FusedApplyNovoGrad", lambda **k: NovoGrad(learning_rate=0.1, beta_1=0.8, beta_2=0.9,
                                                             weight_decay=0.05, grad_averaging=True, **k)),
     "novograd_defaults": ("FusedApplyNovoGrad", lambda **k: NovoGrad(**k)),
+    "conditional_gradient": ("FusedApplyConditionalGradient", lambda **k: ConditionalGradient(
+        learning_rate=0.9, lambda_=0.5, **k)),
+    "conditional_gradient_nuclear": ("FusedApplyConditionalGradient", lambda **k: ConditionalGradient(
+        learning_rate=0.9, lambda_=0.5, ord="nuclear", **k)),
 }
 STEPS_ADAPTIVE = 12
 

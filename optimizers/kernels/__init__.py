@@ -8,7 +8,7 @@ same bits in one pass over memory, and the average alone, after any other step
 (``benchmarks/bench_adamw.py``, ``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
 RectifiedAdam, COCOB and ProximalAdagrad, each one kernel with the bits of TensorFlow Addons' ops
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``). ``layerwise.cc`` is the
-per-variable norm of LAMB and NovoGrad (the bits of TensorFlow's ``reduce_sum(square(x))``,
+per-variable norm of LAMB, NovoGrad and ConditionalGradient (the bits of TensorFlow's ``reduce_sum(square(x))``,
 whichever the thread pool, reading ``x`` once) and the element-wise pass on each side of it.
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
 TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
@@ -111,7 +111,8 @@ def _library() -> Any:
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's and NovoGrad's their own steps (the same "
+                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and ConditionalGradient's "
+                              f"their own steps (the same "
                               f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
                               stacklevel=3)
     return _state["library"]
@@ -141,7 +142,7 @@ def _runs_here(var: Any) -> bool:
 DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
 DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
                              "FusedApplyProximalAdagrad", "SumOfSquares", "FusedLambDirection",
-                             "FusedApplyNovoGrad"), (tf.float32, tf.float64)))
+                             "FusedApplyNovoGrad", "FusedApplyConditionalGradient"), (tf.float32, tf.float64)))
 
 
 def op(var: Any, name: str) -> Any:

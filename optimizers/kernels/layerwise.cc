@@ -1,11 +1,15 @@
-// The per-variable norm of LAMB and NovoGrad, and their element-wise passes around it (TensorFlow
-// has no kernel for either; TensorFlow Addons runs each as a dozen ops, a pass over memory per op):
+// The per-variable norm of LAMB, NovoGrad and ConditionalGradient, and their element-wise passes
+// around it (TensorFlow has no kernel for them; TensorFlow Addons runs each as several ops, a pass
+// over memory per op):
 //
 //   SumOfSquares         sum(x^2): the bits of TensorFlow's Sum over its Square, reading x once
 //   FusedLambDirection   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
 //                        u = (m / c1) / (sqrt(v / c2) + eps) (+ wd var if decayed); returns u
 //   FusedApplyNovoGrad   d = g / denominator (+ wd var if decayed and wd > 0) ((1 - b1) d if averaged)
 //                        m <- m b1 - d lr;  var <- var + m   (TensorFlow's momentum kernel)
+//   FusedApplyConditionalGradient
+//                        var <- var lr - step_size (g / denominator)   (ConditionalGradient: TFA's
+//                        product, then TensorFlow's gradient-descent kernel on g / denominator)
 //
 // In float32 and float64. The norms of LAMB's trust ratio and NovoGrad's second moment are sums
 // whose bits depend on how TensorFlow's Sum splits them between threads: SumOfSquares splits
@@ -145,6 +149,27 @@ class FusedApplyNovoGradOp : public tf::OpKernel {
   bool decayed_ = false, grad_averaging_ = false;
 };
 
+template <typename T>
+void ConditionalGradientLoop(T* __restrict__ w, const T* __restrict__ g, Eigen::Index n, T lr, T step_size,
+                             T denominator) {
+  for (Eigen::Index i = 0; i < n; ++i) w[i] = w[i] * lr - (g[i] / denominator) * step_size;
+}
+
+template <typename T>
+class FusedApplyConditionalGradientOp : public tf::OpKernel {
+ public:
+  explicit FusedApplyConditionalGradientOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {}
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/1, /*scalars=*/3);  // var
+    if (!in.ok()) return;
+    const T lr = in.scalar(0), step_size = in.scalar(1), denominator = in.scalar(2);
+    in.ForEachBlock(4, [&](std::vector<Array<T>>& x, const ConstArray<T>& g) {
+      ConditionalGradientLoop(x[0].data(), g.data(), g.size(), lr, step_size, denominator);
+    });
+  }
+};
+
 }  // namespace
 
 #define TYPES "T: {float, double}"
@@ -162,6 +187,9 @@ REGISTER_OP("FusedApplyNovoGrad")
     .Input("var: resource").Input("m: resource").Input("lr: T").Input("beta1: T").Input("denominator: T")
     .Input("weight_decay: T").Input("first_step: T").Input("grad: T")
     .Attr(TYPES).Attr("decayed: bool").Attr("grad_averaging: bool").SetShapeFn(optimizers_kernels::NoOutputs);
+REGISTER_OP("FusedApplyConditionalGradient")
+    .Input("var: resource").Input("lr: T").Input("step_size: T").Input("denominator: T").Input("grad: T")
+    .Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
 #undef TYPES
 
 #define REGISTER_CPU(op, T, kernel)                                                                \
@@ -169,7 +197,8 @@ REGISTER_OP("FusedApplyNovoGrad")
 #define REGISTER_ALL(T)                                          \
   REGISTER_CPU("SumOfSquares", T, SumOfSquaresOp);               \
   REGISTER_CPU("FusedLambDirection", T, FusedLambDirectionOp);   \
-  REGISTER_CPU("FusedApplyNovoGrad", T, FusedApplyNovoGradOp)
+  REGISTER_CPU("FusedApplyNovoGrad", T, FusedApplyNovoGradOp);   \
+  REGISTER_CPU("FusedApplyConditionalGradient", T, FusedApplyConditionalGradientOp)
 REGISTER_ALL(float);
 REGISTER_ALL(double);
 #undef REGISTER_ALL

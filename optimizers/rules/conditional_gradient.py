@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from optimizers import kernels
 from optimizers.compiled import alone, signature
 from optimizers.keras_compat import keras
-from optimizers.rule import kernel_if_unchanged, sum_of_squares
+from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
 from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 
@@ -55,17 +56,20 @@ class ConditionalGradient(CustomOptimizerV2):
     fails on it). A sparse gradient updates only its rows, with :math:`s`
     computed from those rows, as in TFA.
 
-    A dense step computes the norm outside XLA (XLA's CPU reductions are
-    slow: a compiled step with it measured 1.15x TFA's on 8M parameters). On a
+    A dense step (float32, float64, on this process's CPU, where this
+    library's kernels are built) is the norm in one read of the gradient (the
+    bits of TensorFlow's reduction), then one fused pass that reads the
+    gradient and the variable and writes the variable: TFA's bits, in four
+    passes over memory where TFA's ops take about ten. Without the kernels,
+    the norm is computed outside XLA (XLA's CPU reductions are slow: a
+    compiled step with it measured 1.15x TFA's on 8M parameters); on a
     variable compiled alone (``jit_compile``, over ``BATCH_MAX_ELEMENTS``) the
-    rest of the step is one compiled pass (0.64-0.66x TFA's step on 8 variables
-    of 1M). Otherwise the step is TFA's ops, except that
+    rest of the step is one compiled pass, otherwise TFA's ops, except that
     :math:`\theta \mathrel{-}= (1-\eta_t)\lambda_t\, s` is TensorFlow's fused
-    gradient-descent kernel: TFA's bits, in two passes over memory fewer
-    (0.81x TFA's step on 8M parameters). With ``ord="nuclear"``, XLA's CPU
-    SVD took 30 s where TensorFlow's own SVD kernel takes 11 ms (a 125 x
-    1000 gradient), and is less accurate in float64 (``jit_compile`` reads
-    ``False``).
+    gradient-descent kernel (TFA's bits). With ``ord="nuclear"`` the fused
+    pass follows TensorFlow's SVD kernel: XLA's CPU SVD took 30 s where
+    TensorFlow's takes 11 ms (a 125 x 1000 gradient), and is less accurate
+    in float64 (``jit_compile`` reads ``False``).
 
     Fixes over TFA: learning-rate schedules work (TFA raises), and the legacy
     ``decay`` argument applies to :math:`\eta` (TFA ignores it). TFA's unused
@@ -138,14 +142,28 @@ class ConditionalGradient(CustomOptimizerV2):
         return grad / (norm + coefficients["epsilon"])
 
     def dense_kernel(self, var, options):
-        """The dense step in plain ops (see the class docstring): this rule's step when a
-        subclass changes none of it. On a variable compiled alone (``jit_compile``, over
-        ``BATCH_MAX_ELEMENTS``): the norm in plain ops, then the step in one compiled pass."""
+        """The dense step outside the template's compiled step (see the class docstring), when a
+        subclass changes none of it: the norm (or the SVD) then this library's fused pass; where
+        that kernel is not available, plain ops, or on a variable compiled alone (``jit_compile``,
+        over ``BATCH_MAX_ELEMENTS``) the norm in plain ops, then the step in one compiled pass."""
         hooks = ("prepare", "update_dense", "_target")
+        step = library_kernel(self, ConditionalGradient, hooks, var, "FusedApplyConditionalGradient",
+                              self._kernel_step)
+        if step is not None:
+            return step
         if alone(self, var):
             key = ("given norm",) + signature(var, options)
             return kernel_if_unchanged(self, ConditionalGradient, hooks, var, functools.partial(self._split_step, key))
         return kernel_if_unchanged(self, ConditionalGradient, hooks, var, self._plain_step)
+
+    def _kernel_step(self, op, grad, var, slots, coefficients):
+        # theta * eta - (s / denominator) * step_size in one pass: with "nuclear", s / 1 is s, exactly.
+        if self.ord == "nuclear":
+            target, denominator = top_singular_direction(grad), tf.ones([], grad.dtype)
+        else:
+            target, denominator = grad, tf.sqrt(kernels.op(var, "SumOfSquares")(grad)) + coefficients["epsilon"]
+        return op(var=var.handle, lr=coefficients["learning_rate"], step_size=coefficients["step_size"],
+                  denominator=denominator, grad=target)
 
     def _split_step(self, key, grad, var, slots, coefficients):
         norm = tf.sqrt(sum_of_squares(grad, compiled=False))

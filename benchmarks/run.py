@@ -1,7 +1,8 @@
 """Run every ``benchmarks/bench_*.py`` case and print ours/peer ratios.
 
-Usage: ``make bench`` (or ``python benchmarks/run.py [substring]``).
-Writes ``bench_output/results.json`` for the docs' benchmark page. A case with a
+Usage: ``make bench`` (or ``python benchmarks/run.py [substring] [--output PATH]``).
+Writes ``bench_output/results.json`` (or ``PATH``) for the docs' benchmark page, which
+takes several such files to show the spread between runs (``docs/make_bench_plot.py``). A case with a
 ``unit`` attribute of ``"MB"`` (the model zoo's peak memory) reports bytes, printed
 and stored in MiB (the ``unit`` key of its row); every other case reports seconds,
 printed and stored in ms.
@@ -14,6 +15,7 @@ import json
 import os
 import platform
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -22,7 +24,14 @@ from benchmarks.common import Case  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    pattern = argv[1] if len(argv) > 1 else ""
+    args = argv[1:]
+    output = os.path.join("bench_output", "results.json")
+    if "--output" in args:
+        at = args.index("--output")
+        output = args[at + 1]
+        del args[at:at + 2]
+    pattern = args[0] if args else ""
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     modules = sorted(f[:-3] for f in os.listdir(HERE) if f.startswith("bench_") and f.endswith(".py"))
     cases: list[Case] = []
     for name in modules:
@@ -44,14 +53,15 @@ def main(argv: list[str]) -> int:
               f" [{ok}]", flush=True)
         rows.append(dict(case=case.name, peer=case.peer, ours_ms=ours * scale, peer_ms=peer * scale, ratio=ratio,
                          goal=case.goal, met=ratio <= case.goal, unit=unit))
-    os.makedirs("bench_output", exist_ok=True)
+    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
     machine = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(), python=platform.python_version())
     import tensorflow as tf
 
     machine["tensorflow"] = tf.__version__
-    with open(os.path.join("bench_output", "results.json"), "w") as f:
-        json.dump(dict(machine=machine, rows=rows), f, indent=2)
-    print(f"\nmachine: {machine}\nwrote bench_output/results.json")
+    finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with open(output, "w") as f:
+        json.dump(dict(machine=machine, started=started, finished=finished, rows=rows), f, indent=2)
+    print(f"\nmachine: {machine}\nwrote {output}")
     return 0
 
 

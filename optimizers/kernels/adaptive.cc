@@ -42,9 +42,9 @@ inline T Max(T a, T b) {
 
 // Eigen's prsqrt of a packet (TensorFlow's Rsqrt in float32): an approximation refined by one
 // Newton step, the approximation kept where the step gives NaN. Eigen's own code ends in
-// _mm256_blendv_ps, which GCC folds into a select on the mask's sign bit; AVX without AVX2 has no
-// 256-bit integer compare for that, so it became eight branches per packet (7x slower than this,
-// measured on 16M floats; the same bits on all of them). Here the select is bitwise operations on
+// _mm256_blendv_ps, which GCC folds into a select on the mask's sign bit; built for AVX (this
+// library's baseline), without AVX2's 256-bit integer compares, that became eight branches per
+// packet (7x slower than this, measured on 16M random floats; the same bits on all of them). Here the select is bitwise operations on
 // the compare's mask, and the multiply-adds are a product then a sum, as Eigen's are without FMA.
 template <typename Packet>
 inline Packet RsqrtPacket(const Packet& a) {

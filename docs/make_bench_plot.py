@@ -58,8 +58,8 @@ def merge(runs: list[dict]) -> dict:
 
 
 def _spread(row: dict) -> str:
-    low, high = row.get("spread", (row["ratio"], row["ratio"]))
-    return f"{low:.2f}-{high:.2f}" if row.get("runs", 1) > 1 else "one run"
+    low, high = row["spread"]
+    return f"{low:.2f}-{high:.2f}" if row["runs"] > 1 else "one run"
 
 
 def table(results: dict) -> str:
@@ -72,11 +72,11 @@ def table(results: dict) -> str:
         lines.append(f"| {row['case']} | {row['ours_ms']:.2f} | {row['peer_ms']:.2f} | {row.get('unit', 'ms')} | "
                      f"{row['peer']} | {row['ratio']:.2f} | {_spread(row)} | {_goal(row)} | {_met(row)} |")
     lines.append("")
-    runs = results.get("runs", [])
+    runs = results["runs"]  # files written before run.py recorded its times have none: "?"
     when = "; ".join(f"{run.get('started', '?')} to {run.get('finished', '?')}" for run in runs)
     lines.append(f"Machine (from the results file): {machine.get('cores')} CPU cores ({machine.get('cpu')}), "
                  f"Python {machine.get('python')}, TensorFlow {machine.get('tensorflow')}. "
-                 f"{len(runs) or 1} full run(s){': ' + when if when else ''}. Ratio: the median run's; "
+                 f"{len(runs)} full run(s): {when}. Ratio: the median run's; "
                  f"spread: the lowest and highest ratio of the runs; met: the median ratio is within the goal.")
     return "\n".join(lines) + "\n"
 
@@ -90,12 +90,12 @@ def plot(results: dict) -> None:
     colors = ["C2" if row["met"] and math.isfinite(row["goal"]) else "C0" if not math.isfinite(row["goal"])
               else "C3" for row in rows]
     ax.barh(positions, ratios, color=colors, height=0.6)
-    spreads = [row.get("spread", (row["ratio"], row["ratio"])) for row in rows]
+    spreads = [row["spread"] for row in rows]
     ax.errorbar(ratios, positions, xerr=[[r - s[0] for r, s in zip(ratios, spreads)],
                                          [s[1] - r for r, s in zip(ratios, spreads)]],
                 fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
-    for p, row in zip(positions, rows):
-        right = max(row.get("spread", (0, row["ratio"]))[1], row["goal"] if math.isfinite(row["goal"]) else 0.0)
+    for p, row, (_, high) in zip(positions, rows, spreads):
+        right = max(high, row["goal"] if math.isfinite(row["goal"]) else 0.0)
         ax.text(right * 1.05, p, f"{row['ratio']:.2f}", va="center", fontsize=8)
         if math.isfinite(row["goal"]):
             ax.plot([row["goal"]] * 2, [p - 0.4, p + 0.4], color="black", lw=2)

@@ -4,7 +4,7 @@ Adam's: the reference is what TensorFlow Addons' AdamW and MovingAverage run: Te
 gradient-descent kernel with ``delta = var`` (the decay), then TensorFlow's
 ``ResourceApplyAdam``, then the average's gradient-descent kernel with ``delta = average - var``.
 Yogi's, AdaBelief's, RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and
-ConditionalGradient's: the reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
+ConditionalGradient's dense steps and LazyAdam's sparse step: the reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
 TensorFlow Addons' (pinned live against TFA in ``catalogue/test_adamlike_tfa.py`` and
 ``catalogue/test_layerwise_tfa.py``, which on TF 2.15 run the kernels too). ``SumOfSquares``:
 the reference is TensorFlow's ``reduce_sum(square(x))``, at several thread-pool sizes.
@@ -30,6 +30,7 @@ from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.cocob import COCOB
 from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
+from optimizers.rules.lazy_adam import LazyAdam
 from optimizers.rules.novograd import NovoGrad
 from optimizers.rules.proximal_adagrad import ProximalAdagrad
 from optimizers.rules.rectified_adam import RectifiedAdam
@@ -318,6 +319,88 @@ def test_steps_the_adaptive_kernels_do_not_cover_keep_the_rules_own_step(make):
 def test_16_bit_variables_keep_the_adaptive_rules_own_step(dtype):
     assert all(kernels.op(tf.Variable(tf.ones([2], dtype)), op) is None for op, _ in ADAPTIVE.values())
     assert kernels.op(tf.Variable(tf.ones([2], tf.float32)), "FusedApplyYogi") is not None
+
+
+def _lazy_states(make, dtype, index_dtype, rows, mode, fused_ops):
+    """``STEPS_ADAPTIVE`` sparse steps on a ``rows``-row table: a quarter of the rows each step,
+    some of them twice (summed before the step), the first step's rows touched again later."""
+    rng = np.random.RandomState(2)
+    var = tf.Variable(rng.randn(rows, 5), dtype=dtype)
+    grads = []
+    for _ in range(STEPS_ADAPTIVE):
+        touched = rng.choice(rows, rows // 4, replace=False)
+        indices = np.concatenate([touched, touched[:3]])
+        grads.append(tf.IndexedSlices(tf.constant(rng.randn(len(indices), 5), dtype), tf.constant(indices, index_dtype),
+                                      tf.constant([rows, 5], index_dtype)))
+    opt = make()
+    if mode == "function":
+        step = tf.function(lambda g: opt.apply_gradients([(g, var)]) and None)
+        assert _uses_fused_kernel(step, grads[0], fused_ops=fused_ops) == bool(fused_ops)
+    else:
+        step = lambda g: opt.apply_gradients([(g, var)])  # noqa: E731
+    for grad in grads:
+        step(grad)
+    return [var.numpy()] + opt.get_weights()
+
+
+LAZY = {"lazy_adam": lambda: LazyAdam(learning_rate=0.1, beta_1=0.8, beta_2=0.95, epsilon=1e-3),
+        "lazy_adamw": lambda: AdamW(0.05, learning_rate=0.1, beta_1=0.8, lazy=True)}
+
+
+@pytest.mark.parametrize("rows, mode", [(40, "eager"), (40, "function"), (200_000, "function")], ids=str)
+@pytest.mark.parametrize("index_dtype", [tf.int32, tf.int64], ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("name", sorted(LAZY))
+def test_the_lazy_sparse_kernel_gives_the_bits_of_the_rules_own_step(name, dtype, index_dtype, rows, mode,
+                                                                     monkeypatch):
+    """TFA's LazyAdam gathers, computes and scatters each row in plain ops (``update_sparse``, whose
+    bits are TFA's: ``catalogue/test_adamlike_tfa.py``); the kernel reads and writes each row once.
+    The large table spreads its 50000 rows a step over the thread pool."""
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "op", lambda var, name: None)
+        expected = _lazy_states(LAZY[name], dtype, index_dtype, rows, mode, [])
+    ours = _lazy_states(LAZY[name], dtype, index_dtype, rows, mode, ["FusedSparseApplyLazyAdam"])
+    assert len(ours) == len(expected)
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        np.testing.assert_array_equal(a, b, err_msg=f"{name}: array {i} (0: the variable, 1: iterations, then slots)")
+
+
+def test_the_lazy_sparse_kernel_carries_nan_inf_and_zero_gradients_as_the_rules_own_step(monkeypatch):
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e-30, 2.0], np.float32).reshape(4, 2)
+
+    def states():
+        var = tf.Variable(np.linspace(-1.0, 1.0, 12).reshape(6, 2), dtype=tf.float32)
+        opt = LazyAdam(learning_rate=0.1)
+        for values, rows in [(special, [5, 0, 2, 3]), (special[::-1], [1, 2, 3, 4]), (np.ones((4, 2)), [0, 1, 4, 5])]:
+            opt.apply_gradients([(tf.IndexedSlices(tf.constant(values, tf.float32), tf.constant(rows)), var)])
+        return [var.numpy()] + opt.get_weights()
+
+    ours = states()
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "op", lambda var, name: None)
+        expected = states()
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        np.testing.assert_array_equal(a, b, err_msg=f"array {i}")
+
+
+@pytest.mark.parametrize("index", [-1, 6])
+def test_the_lazy_sparse_kernel_refuses_an_index_out_of_range_and_changes_nothing(index):
+    var, m, v = (tf.Variable(tf.fill([6, 2], x)) for x in (1.0, 0.5, 0.25))
+    op = kernels.op(var, "FusedSparseApplyLazyAdam")
+    scalars = dict(alpha=tf.constant(0.1), beta1=tf.constant(0.9), beta2=tf.constant(0.999), epsilon=tf.constant(1e-7))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"indices\[1\] = {index} is not in \[0, 6\)"):
+        op(var=var.handle, m=m.handle, v=v.handle, grad=tf.ones([2, 2]), indices=tf.constant([2, index]), **scalars)
+    assert [x.numpy().tolist() for x in (var, m, v)] == [[[x] * 2] * 6 for x in (1.0, 0.5, 0.25)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"grad must hold one row of var per index, shape \[2,2\]"):
+        op(var=var.handle, m=m.handle, v=v.handle, grad=tf.ones([2, 3]), indices=tf.constant([2, 3]), **scalars)
+
+
+def test_lazy_adam_with_amsgrad_keeps_its_own_sparse_step():
+    var = tf.Variable(tf.ones([4, 3]))
+    opt = LazyAdam(amsgrad=True)
+    step = tf.function(lambda g: opt.apply_gradients([(g, var)]) and None)
+    grad = tf.IndexedSlices(tf.ones([2, 3]), tf.constant([0, 2]), tf.constant([4, 3]))
+    assert not _uses_fused_kernel(step, grad, fused_ops=["FusedSparseApplyLazyAdam"])
 
 
 _SUM_OF_SQUARES = textwrap.dedent("""

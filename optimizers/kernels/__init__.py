@@ -10,6 +10,8 @@ RectifiedAdam, COCOB and ProximalAdagrad, each one kernel with the bits of Tenso
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``). ``layerwise.cc`` is the
 per-variable norm of LAMB, NovoGrad and ConditionalGradient (the bits of TensorFlow's ``reduce_sum(square(x))``,
 whichever the thread pool, reading ``x`` once) and the element-wise pass on each side of it.
+``sparse.cc`` is LazyAdam's sparse step, each touched row read and written once (TFA gathers and
+scatters each row several times; ``benchmarks/bench_adamlike.py``).
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
 TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
 TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
@@ -43,7 +45,7 @@ from optimizers.keras_compat import in_xla_context
 __all__ = ["op", "fused_adam", "library_path", "build", "DTYPES"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOURCES = [os.path.join(_HERE, name) for name in ("fused_adam.cc", "adaptive.cc", "layerwise.cc")]
+_SOURCES = [os.path.join(_HERE, name) for name in ("fused_adam.cc", "adaptive.cc", "layerwise.cc", "sparse.cc")]
 _HEADERS = [os.path.join(_HERE, "fused_step.h")]
 # -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels;
 # -fno-math-errno, -fno-trapping-math: square roots and selections vectorize (the same values; no
@@ -111,8 +113,8 @@ def _library() -> Any:
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and ConditionalGradient's "
-                              f"their own steps (the same "
+                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and "
+                              f"ConditionalGradient's (and LazyAdam's sparse step) their own steps (the same "
                               f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
                               stacklevel=3)
     return _state["library"]
@@ -142,7 +144,8 @@ def _runs_here(var: Any) -> bool:
 DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
 DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
                              "FusedApplyProximalAdagrad", "SumOfSquares", "FusedLambDirection",
-                             "FusedApplyNovoGrad", "FusedApplyConditionalGradient"), (tf.float32, tf.float64)))
+                             "FusedApplyNovoGrad", "FusedApplyConditionalGradient", "FusedSparseApplyLazyAdam"),
+                            (tf.float32, tf.float64)))
 
 
 def op(var: Any, name: str) -> Any:

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.hyperparameters import check_bool, check_number
-from optimizers.rule import kernel_if_unchanged
+from optimizers.rule import kernel_if_unchanged, library_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Adam"]
@@ -143,10 +143,26 @@ class Adam(CustomOptimizerV2):
             slots["vhat"].assign(v_t)
         return var.assign_sub(self._update(m_t, v_t, coefficients))
 
+    def _lazy_kernel(self, var):
+        """The lazy sparse step below as one kernel (``optimizers.kernels``: each touched row read and
+        written once, the same bits), where it is available for ``var``; not with AMSGrad."""
+        if self.amsgrad:
+            return None
+        return library_kernel(self, Adam, ("_update",), var, "FusedSparseApplyLazyAdam", self._lazy_kernel_step)
+
+    @staticmethod
+    def _lazy_kernel_step(op, grad, var, indices, slots, coefficients):
+        return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, alpha=coefficients["alpha"],
+                  beta1=coefficients["beta_1"], beta2=coefficients["beta_2"], epsilon=coefficients["epsilon"],
+                  grad=grad, indices=indices)
+
     def update_sparse(self, grad, var, indices, slots, coefficients):
         m, v = slots["m"], slots["v"]
         beta_1, beta_2 = coefficients["beta_1"], coefficients["beta_2"]
         if self.lazy:  # the touched rows only
+            kernel = self._lazy_kernel(var)
+            if kernel is not None:
+                return kernel(grad, var, indices, slots, coefficients)
             m_rows = beta_1 * tf.gather(m, indices) + (1 - beta_1) * grad
             v_rows = beta_2 * tf.gather(v, indices) + (1 - beta_2) * tf.square(grad)
             writes = [m.scatter_update(tf.IndexedSlices(m_rows, indices)),

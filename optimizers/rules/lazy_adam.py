@@ -26,6 +26,10 @@ class LazyAdam(Adam):
             \qquad \hat v_i = v_i \text{ (AMSGrad: } \hat v_i \leftarrow \max(\hat v_i, v_i))
         \end{align*}
 
+    On a CPU of this process, outside XLA, the sparse step without AMSGrad is
+    one kernel that reads and writes each touched row once (TFA gathers and
+    scatters each row in several ops), with TFA's bits.
+
     Difference from TFA (a fix): with ``amsgrad=True`` TFA's sparse step
     ignores AMSGrad (it never reads nor writes ``vhat``) while its dense step
     applies it; TFA documents ``amsgrad`` as unsupported, so no result depends

@@ -4,8 +4,8 @@ Every comparison is timed in interleaved rounds (best round of each side), as wa
 time per step and as process CPU time per step (user + system, all threads: the
 work done, steadier than wall time on a shared machine).
 
-* Default stack: ours (XLA, the default; LazyAdam's dense step is the fused Adam
-  kernel itself) against tf_keras's legacy ``Adam`` (one fused C++ kernel) on the
+* Default stack: ours (each dense step one C++ kernel of ``optimizers.kernels``;
+  LazyAdam's is TensorFlow's fused Adam kernel itself) against tf_keras's legacy ``Adam`` (one fused C++ kernel) on the
   same ~8M float32 parameters. Goal <= 1.3 (Adam-like rules: one pass over the
   variable and its slots).
 * ``python benchmarks/bench_adamlike.py --tfa <Name>`` (run by ``make bench``
@@ -84,8 +84,7 @@ def cases() -> list[Case]:
     out = []
     for name in NAMES:
         for metric, what in ((0, ""), (1, ", CPU time")):
-            how = " (XLA)" if name == "Lion" else " (fused kernel)"
-            out.append(Case(f"adamlike {name}{how} / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
+            out.append(Case(f"adamlike {name} (fused kernel) / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
                             lambda n=name, m=metric: _pick(_default_stack(n), 0, 1, m)))
     if os.path.exists(TFA_PYTHON):
         for name in TFA_NAMES:

@@ -4,7 +4,7 @@ Adam's: the reference is what TensorFlow Addons' AdamW and MovingAverage run: Te
 gradient-descent kernel with ``delta = var`` (the decay), then TensorFlow's
 ``ResourceApplyAdam``, then the average's gradient-descent kernel with ``delta = average - var``.
 Yogi's, AdaBelief's, RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and
-ConditionalGradient's dense steps and LazyAdam's sparse step: the reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
+ConditionalGradient's and Lion's dense steps and LazyAdam's sparse step: the reference is the rule's own step in plain TensorFlow ops with the kernels off, whose bits are
 TensorFlow Addons' (pinned live against TFA in ``catalogue/test_adamlike_tfa.py`` and
 ``catalogue/test_layerwise_tfa.py``, which on TF 2.15 run the kernels too). ``SumOfSquares``:
 the reference is TensorFlow's ``reduce_sum(square(x))``, at several thread-pool sizes.
@@ -31,6 +31,7 @@ from optimizers.rules.cocob import COCOB
 from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
 from optimizers.rules.lazy_adam import LazyAdam
+from optimizers.rules.lion import Lion
 from optimizers.rules.novograd import NovoGrad
 from optimizers.rules.proximal_adagrad import ProximalAdagrad
 from optimizers.rules.rectified_adam import RectifiedAdam
@@ -80,6 +81,16 @@ def _uses_fused_kernel(function, *args, fused_ops=FUSED_OPS) -> bool:
     for f in graph.as_graph_def().library.function:
         ops.update(node.op for node in f.node_def)
     return bool(set(fused_ops) & ops)
+
+
+def _bits(x):
+    """``x``'s bit patterns, for comparisons that tell -0.0 from 0.0; every NaN as one (which NaN
+    operand an instruction passes on, and so a NaN's sign bit, follows the compiler's operand
+    order, which IEEE 754 leaves open)."""
+    x = np.array(x)
+    if x.dtype.kind == "f":
+        x[np.isnan(x)] = np.nan
+    return x.view(f"u{x.dtype.itemsize}")
 
 
 def _epsilon(dtype):
@@ -246,6 +257,12 @@ ADAPTIVE = {
         learning_rate=0.9, lambda_=0.5, **k)),
     "conditional_gradient_nuclear": ("FusedApplyConditionalGradient", lambda **k: ConditionalGradient(
         learning_rate=0.9, lambda_=0.5, ord="nuclear", **k)),
+    "lion": ("FusedApplyLion", lambda **k: Lion(learning_rate=0.1, beta_1=0.8, beta_2=0.95, weight_decay=0.5, **k)),
+    "lion_defaults": ("FusedApplyLion", lambda **k: Lion(**k)),
+    "lion_decay_unscaled": ("FusedApplyLion", lambda **k: Lion(weight_decay=0.05, scale_weight_decay_by_lr=False,
+                                                               **k)),
+    "lion_not_decayed": ("FusedApplyLion", lambda **k: Lion(weight_decay=0.05, exclude_from_weight_decay=["Variable"],
+                                                            **k)),
 }
 STEPS_ADAPTIVE = 12
 
@@ -281,7 +298,7 @@ def test_adaptive_kernels_give_the_bits_of_the_rules_own_step(name, dtype, size,
                                 [op])
         assert len(ours) == len(expected)
         for i, (a, b) in enumerate(zip(ours, expected)):
-            np.testing.assert_array_equal(a, b, err_msg=f"{name}, jit_compile={jit_compile}: array {i} (0: the "
+            np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{name}, jit_compile={jit_compile}: array {i} (0: the "
                                                         "variable, 1: iterations, then the slots)")
 
 
@@ -301,7 +318,7 @@ def test_adaptive_kernels_carry_nan_inf_and_zero_gradients_as_the_rules_own_step
         patch.setattr(kernels, "op", lambda var, name: None)
         expected = states([])
     for i, (a, b) in enumerate(zip(ours, expected)):
-        np.testing.assert_array_equal(a, b, err_msg=f"{name}: array {i}")
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{name}: array {i}")
 
 
 @pytest.mark.parametrize("make", [
@@ -362,7 +379,7 @@ def test_the_lazy_sparse_kernel_gives_the_bits_of_the_rules_own_step(name, dtype
     ours = _lazy_states(LAZY[name], dtype, index_dtype, rows, mode, ["FusedSparseApplyLazyAdam"])
     assert len(ours) == len(expected)
     for i, (a, b) in enumerate(zip(ours, expected)):
-        np.testing.assert_array_equal(a, b, err_msg=f"{name}: array {i} (0: the variable, 1: iterations, then slots)")
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{name}: array {i} (0: the variable, 1: iterations, then slots)")
 
 
 def test_the_lazy_sparse_kernel_carries_nan_inf_and_zero_gradients_as_the_rules_own_step(monkeypatch):
@@ -380,7 +397,7 @@ def test_the_lazy_sparse_kernel_carries_nan_inf_and_zero_gradients_as_the_rules_
         patch.setattr(kernels, "op", lambda var, name: None)
         expected = states()
     for i, (a, b) in enumerate(zip(ours, expected)):
-        np.testing.assert_array_equal(a, b, err_msg=f"array {i}")
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"array {i}")
 
 
 @pytest.mark.parametrize("index", [-1, 6])

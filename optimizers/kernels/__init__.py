@@ -6,7 +6,8 @@ moving average of the weights (``MovingAverage``) takes two more ops after it. `
 is Adam's step with the decay before it, the average after it, or both, as one kernel, giving the
 same bits in one pass over memory, and the average alone, after any other step
 (``benchmarks/bench_adamw.py``, ``benchmarks/bench_moving_average.py``). ``adaptive.cc`` is the dense step of Yogi, AdaBelief,
-RectifiedAdam, COCOB and ProximalAdagrad, each one kernel with the bits of TensorFlow Addons' ops
+RectifiedAdam, COCOB, ProximalAdagrad and Lion, each one kernel with the bits of the rule's plain ops
+(TensorFlow Addons' ops; Keras 3's for Lion)
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``). ``layerwise.cc`` is the
 per-variable norm of LAMB, NovoGrad and ConditionalGradient (the bits of TensorFlow's ``reduce_sum(square(x))``,
 whichever the thread pool, reading ``x`` once) and the element-wise pass on each side of it.
@@ -113,7 +114,7 @@ def _library() -> Any:
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, LAMB's, NovoGrad's and "
+                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, Lion's, LAMB's, NovoGrad's and "
                               f"ConditionalGradient's (and LazyAdam's sparse step) their own steps (the same "
                               f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
                               stacklevel=3)
@@ -144,7 +145,8 @@ def _runs_here(var: Any) -> bool:
 DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
 DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
                              "FusedApplyProximalAdagrad", "SumOfSquares", "FusedLambDirection",
-                             "FusedApplyNovoGrad", "FusedApplyConditionalGradient", "FusedSparseApplyLazyAdam"),
+                             "FusedApplyNovoGrad", "FusedApplyConditionalGradient", "FusedSparseApplyLazyAdam",
+                             "FusedApplyLion"),
                             (tf.float32, tf.float64)))
 
 

@@ -1,4 +1,4 @@
-// Dense steps of Yogi, AdaBelief, RectifiedAdam and COCOB, each as one kernel (TensorFlow has none
+// Dense steps of Yogi, AdaBelief, RectifiedAdam, COCOB and Lion, each as one kernel (TensorFlow has none
 // for them; TensorFlow Addons runs each as a dozen element-wise ops, a pass over memory per op),
 // and of ProximalAdagrad (TensorFlow's kernel takes three passes):
 //
@@ -15,6 +15,8 @@
 //                             w' = -S / (L max(G + L, alpha L)) (R + L);  var <- var - w~ + w';  w~ <- w'
 //   FusedApplyProximalAdagrad a <- a + g^2;  r = lr rsqrt(a);  u = var - g r
 //                             var <- (l1 > 0 ? sign(u) max(|u| - r l1, 0) : u) / (1 + l2 r)
+//   FusedApplyLion            s = lr sign(m b1 + g (1 - b1));  m <- m b2 + g (1 - b2)
+//                             var <- var - var wd - s   (without "- var wd" unless decayed)
 //
 // In float32 and float64 (16-bit variables take the rule's own step). The per-step scalars
 // (alpha, c1, c2, r_t, lr_t, rectified as 0 or 1) come computed by the rule's `prepare`. Each
@@ -28,10 +30,11 @@ namespace {
 
 using namespace optimizers_kernels;  // NOLINT: this file's kernels are written in its terms
 
-// Eigen's sign (TensorFlow's Sign op): -1, 0 or 1, 0 for NaN.
+// TensorFlow's Sign op: -1 or 1, +0 for either zero, and a NaN with its sign bit cleared (its
+// payload kept: the bits TensorFlow's kernel gives, measured).
 template <typename T>
 inline T Sign(T x) {
-  return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);  // selections of T only: full-width vectors
+  return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == x ? T(0) : std::fabs(x);  // selections of T only: full-width vectors
 }
 
 // TensorFlow's Maximum of two tensors of one shape: NaN if either is, `a` where they are equal.
@@ -94,6 +97,17 @@ void YogiLoop(T* __restrict__ w, T* __restrict__ v, T* __restrict__ m, const T* 
     w[i] = shrunk * (std::fabs(u) > l1_rate ? T(1) : T(0));
     m[i] = m_t;
     v[i] = v_t;
+  }
+}
+
+template <typename T, bool kDecayed>
+void LionLoop(T* __restrict__ w, T* __restrict__ m, const T* __restrict__ g, Eigen::Index n, T lr, T beta1, T beta2,
+              T weight_decay) {
+  const T one_minus_beta1 = T(1) - beta1, one_minus_beta2 = T(1) - beta2;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const T step = lr * Sign(m[i] * beta1 + g[i] * one_minus_beta1);
+    m[i] = m[i] * beta2 + g[i] * one_minus_beta2;
+    w[i] = kDecayed ? (w[i] - w[i] * weight_decay) - step : w[i] - step;
   }
 }
 
@@ -214,6 +228,27 @@ class FusedApplyYogiOp : public tf::OpKernel {
   }
 };
 
+template <typename T>
+class FusedApplyLionOp : public tf::OpKernel {
+ public:
+  explicit FusedApplyLionOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("decayed", &decayed_));
+  }
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    StepInputs<T> in(ctx, /*resources=*/2, /*scalars=*/4);  // var, momentum
+    if (!in.ok()) return;
+    const T lr = in.scalar(0), beta1 = in.scalar(1), beta2 = in.scalar(2), weight_decay = in.scalar(3);
+    const auto loop = decayed_ ? LionLoop<T, true> : LionLoop<T, false>;
+    in.ForEachBlock(10, [&](std::vector<Array<T>>& x, const ConstArray<T>& g) {
+      loop(x[0].data(), x[1].data(), g.data(), g.size(), lr, beta1, beta2, weight_decay);
+    });
+  }
+
+ private:
+  bool decayed_ = false;
+};
+
 // AdaBelief (kBelief) or RectifiedAdam.
 template <typename T, bool kBelief>
 class FusedApplyRectifiedOp : public tf::OpKernel {
@@ -274,6 +309,10 @@ REGISTER_OP("FusedApplyCocob")
 REGISTER_OP("FusedApplyProximalAdagrad")
     .Input("var: resource").Input("accumulator: resource").Input("lr: T").Input("l1: T").Input("l2: T")
     .Input("grad: T").Attr(TYPES).SetShapeFn(optimizers_kernels::NoOutputs);
+REGISTER_OP("FusedApplyLion")
+    .Input("var: resource").Input("momentum: resource").Input("lr: T").Input("beta1: T").Input("beta2: T")
+    .Input("weight_decay: T").Input("grad: T").Attr(TYPES).Attr("decayed: bool")
+    .SetShapeFn(optimizers_kernels::NoOutputs);
 #define RECTIFIED_INPUTS(op)                                                                       \
   REGISTER_OP(op)                                                                                  \
       .Input("var: resource").Input("m: resource").Input("v: resource")                            \
@@ -297,7 +336,8 @@ using RectifiedAdamOp = FusedApplyRectifiedOp<T, false>;
   REGISTER_CPU("FusedApplyAdaBelief", T, AdaBeliefOp);           \
   REGISTER_CPU("FusedApplyRectifiedAdam", T, RectifiedAdamOp);   \
   REGISTER_CPU("FusedApplyCocob", T, FusedApplyCocobOp);         \
-  REGISTER_CPU("FusedApplyProximalAdagrad", T, FusedApplyProximalAdagradOp)
+  REGISTER_CPU("FusedApplyProximalAdagrad", T, FusedApplyProximalAdagradOp); \
+  REGISTER_CPU("FusedApplyLion", T, FusedApplyLionOp)
 REGISTER_ALL(float);
 REGISTER_ALL(double);
 #undef REGISTER_ALL

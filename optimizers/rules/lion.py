@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
 
+from optimizers.rule import library_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Lion"]
@@ -26,6 +28,9 @@ class Lion(CustomOptimizerV2):
             - \eta_t\operatorname{sign}(c)) \\
         m &\leftarrow \beta_2 m + (1-\beta_2)\,g
         \end{align*}
+
+    On a CPU of this process, outside XLA, the dense step is one kernel with
+    the bits of these operations, in one pass over memory.
 
     A sparse gradient (``tf.IndexedSlices``) takes the dense step with the
     gradient scattered into zeros, decay included: every row moves by the
@@ -66,6 +71,18 @@ class Lion(CustomOptimizerV2):
 
     def slot_specs(self, var):
         return ["momentum"]
+
+    def dense_kernel(self, var, options):
+        """The dense step as one kernel with the bits of ``update_dense``'s ops (``optimizers.kernels``),
+        where it is built and ``var`` is on this process's CPU, outside XLA."""
+        step = functools.partial(self._kernel_step, bool(options.get("decayed")))
+        return library_kernel(self, Lion, ("prepare", "update_dense"), var, "FusedApplyLion", step)
+
+    @staticmethod
+    def _kernel_step(decayed, op, grad, var, slots, c):
+        decay = c["weight_decay_factor"] if decayed else tf.zeros([], var.dtype.base_dtype)
+        return op(var=var.handle, momentum=slots["momentum"].handle, lr=c["learning_rate"], beta1=c["beta_1"],
+                  beta2=c["beta_2"], weight_decay=decay, grad=grad, decayed=decayed)
 
     def update_dense(self, grad, var, slots, c):
         m, beta_1, beta_2 = slots["momentum"], c["beta_1"], c["beta_2"]

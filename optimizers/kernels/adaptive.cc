@@ -31,10 +31,10 @@ namespace {
 using namespace optimizers_kernels;  // NOLINT: this file's kernels are written in its terms
 
 // TensorFlow's Sign op: -1 or 1, +0 for either zero, and a NaN with its sign bit cleared (its
-// payload kept: the bits TensorFlow's kernel gives, measured).
+// payload kept: the bits TensorFlow's kernel gives, measured); |x| is both of the last two.
 template <typename T>
 inline T Sign(T x) {
-  return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == x ? T(0) : std::fabs(x);  // selections of T only: full-width vectors
+  return x > T(0) ? T(1) : x < T(0) ? T(-1) : std::fabs(x);  // selections of T only: full-width vectors
 }
 
 // TensorFlow's Maximum of two tensors of one shape: NaN if either is, `a` where they are equal.

@@ -3,8 +3,9 @@
 //   m_i <- b1 m_i + (1 - b1) g_i;   v_i <- b2 v_i + (1 - b2) g_i^2
 //   var_i <- var_i - (alpha m_i) / (sqrt(v_i) + eps)
 //
-// TFA runs it as three gathers, a dozen element-wise ops on the gathered rows and three scatters:
-// each touched row goes through memory about ten times. Here each row is read and written once,
+// TFA runs it as two gathers, nine element-wise ops on the gathered rows (each writing a temporary)
+// and three scatters: each touched row goes through memory over a dozen times. Here each row of the
+// variable and its moments is read and written once,
 // with the same rounded operations in TFA's order, so the results are its bits. The indices must
 // be unique (the optimizer sums repeated ones first): rows are updated in parallel. Every index
 // is checked before any row is written, so a refused step changes nothing.

@@ -350,13 +350,7 @@ def _lazy_states(make, dtype, index_dtype, rows, mode, fused_ops):
         grads.append(tf.IndexedSlices(tf.constant(rng.randn(len(indices), 5), dtype), tf.constant(indices, index_dtype),
                                       tf.constant([rows, 5], index_dtype)))
     opt = make()
-    if mode == "function":
-        step = tf.function(lambda g: opt.apply_gradients([(g, var)]) and None)
-        assert _uses_fused_kernel(step, grads[0], fused_ops=fused_ops) == bool(fused_ops)
-    else:
-        step = lambda g: opt.apply_gradients([(g, var)])  # noqa: E731
-    for grad in grads:
-        step(grad)
+    _train(opt, var, grads, mode, fused_ops)
     return [var.numpy()] + opt.get_weights()
 
 

@@ -12,8 +12,9 @@ compiles it with each optimizer, built-in first, then measures:
 
 * **first step**: the first ``train_on_batch`` (tracing, slot creation, XLA
   compilation), ratio ours / built-in, goal <= 1.5;
-* **steady step**: the median ``train_on_batch`` time, in interleaved rounds
-  (best round of each side), ratio goal <= 1.05;
+* **steady step**: the median ``train_on_batch`` time of a round of 5 steps, in 10
+  interleaved rounds (best round of each side: on a shared 2-core machine some rounds
+  run at half speed, on either side), ratio goal <= 1.05;
 * **compiled functions**: how many XLA functions ours compiled
   (``optimizers.compiled.compiled_function_count``), against its bound: the number of
   signature groups (rule, shape, dtype, options) times ``len(CHUNK_SIZES)``,
@@ -123,7 +124,7 @@ def _warm_up() -> None:
     model.train_on_batch(np.ones((1, 2), "float32"), np.ones((1, 1), "float32"))
 
 
-def time_model(model_name: str, steady_rounds: int = 5, steps_per_round: int = 5) -> dict:
+def time_model(model_name: str, steady_rounds: int = 10, steps_per_round: int = 5) -> dict:
     """First and steady step times and compiled-function counts of every optimizer, in this process."""
     _warm_up()
     runs = {}

@@ -126,6 +126,9 @@ class UpdateRule(Hyperparameters):
         decay into its pass: one kernel that reads and writes each array once,
         where an XLA step on CPU writes each array in a loop of its own, and
         nothing to compile.
+    ``fused_dense_kernel``, ``fused_sparse_kernel``
+        Optional. The dense or sparse step with the weight decay before it
+        and a wrapper's moving average after it, as one kernel (Adam's).
 
     ``reduction`` (class attribute) says how the gradient is combined across
     replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or
@@ -188,6 +191,14 @@ class UpdateRule(Hyperparameters):
         ``kernel(grad, var, slots, coefficients)``, with ``average`` (the slot :math:`a`) and
         ``average_rate`` (:math:`r`) as keyword arguments when ``average``. Defaults to none: the
         template then runs them as ops of their own, around :meth:`dense_kernel`."""
+        return None
+
+    def fused_sparse_kernel(self, var: tf.Variable, options: Mapping[str, Hashable], decay: bool,
+                            average: bool) -> Callable | None:
+        """The sparse step of ``var`` as one kernel, with the decay (of the touched rows) and the
+        average as in :meth:`fused_dense_kernel`: called as ``kernel(grad, var, indices, slots,
+        coefficients)`` (``indices`` unique), plus ``average`` and ``average_rate``. Defaults to
+        none: the template runs :meth:`update_sparse` and the decay and average ops around it."""
         return None
 
     @property

@@ -118,7 +118,8 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             SGD's) runs instead: after the decay op, or with the decay, and a
             wrapper's moving average, in one kernel (``fused_dense_kernel``:
             AdamW's), except for a decayed variable compiled alone without one
-            (see :class:`UpdateRule`).
+            (see :class:`UpdateRule`). A sparse step likewise runs the rule's
+            ``fused_sparse_kernel`` (Adam's) where it has one.
         weight_decay: Weight decay (float, tensor, callable or schedule);
             ``None`` for none. See ``optimizers/weight_decay.py``.
         exclude_from_weight_decay: Regexes searched in ``var.name``; matching
@@ -535,20 +536,27 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         with tf.control_dependencies([done] if done is not None else []):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
-    def _kernel_of(self, rule: UpdateRule, var: tf.Variable, options: dict, apply_state: dict | None) -> tuple:
-        """``(kernel, with_after)``: the dense step of ``var`` as a hand-fused kernel (or ``None``),
-        and whether it runs the running wrapper's ``after_step`` too: a moving average
-        (``OptimizerWrapper.after_step_as_average``) fused into the rule's kernel
-        (``UpdateRule.fused_dense_kernel``), one pass over memory instead of two."""
+    def _kernel_of(self, rule: UpdateRule, var: tf.Variable, options: dict, apply_state: dict | None,
+                   sparse: bool = False) -> tuple:
+        """``(kernel, with_after)``: the dense (or ``sparse``) step of ``var`` as a hand-fused kernel
+        (or ``None``), and whether it runs the running wrapper's ``after_step`` too: a moving
+        average (``OptimizerWrapper.after_step_as_average``) fused into the rule's kernel
+        (``UpdateRule.fused_dense_kernel``, ``fused_sparse_kernel``), one pass over memory instead
+        of two. A sparse step has no kernel but the fused one: a decay it cannot fuse, or none,
+        runs the rule's ``update_sparse``."""
         wrapper = self._after_update
         names = wrapper.after_step_as_average(var) if wrapper is not None and wrapper.wraps(var) else None
         decayed = bool(options.get("decayed"))
-        if names is not None and (not decayed or getattr(rule, "weight_decay_placement", None) == "before"):
-            fused = rule.fused_dense_kernel(var, options, decayed, True)
+        fusable = not decayed or getattr(rule, "weight_decay_placement", None) == "before"
+        fused_kernel = rule.fused_sparse_kernel if sparse else rule.fused_dense_kernel
+        if names is not None and fusable:
+            fused = fused_kernel(var, options, decayed, True)
             if fused is not None:
                 _, after_slots, after_coefficients = self._after_inputs(var, apply_state)
                 slot, rate = names
                 return functools.partial(fused, average=after_slots[slot], average_rate=after_coefficients[rate]), True
+        if sparse:
+            return (fused_kernel(var, options, decayed, False) if fusable else None), False
         return self._dense_kernel(rule, var, options), False
 
     def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:
@@ -644,7 +652,11 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
 
     def _resource_apply_sparse(self, grad: tf.Tensor, handle: tf.Variable, indices: tf.Tensor,
                                apply_state: dict | None = None) -> Any:
-        rule, var_slots, coefficients, _ = self._rule_inputs(handle, apply_state)
+        rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
+        kernel, with_after = self._kernel_of(rule, handle, options, apply_state, sparse=True)
+        if kernel is not None:
+            update = kernel(grad, handle, indices, var_slots, coefficients)
+            return update if with_after else self._then_after(update, handle, apply_state)
         return self._then_after(rule.apply_sparse(grad, handle, indices, var_slots, coefficients), handle,
                                 apply_state)
 

@@ -338,7 +338,7 @@ def test_16_bit_variables_keep_the_adaptive_rules_own_step(dtype):
     assert kernels.op(tf.Variable(tf.ones([2], tf.float32)), "FusedApplyYogi") is not None
 
 
-def _lazy_states(make, dtype, index_dtype, rows, mode, fused_ops):
+def _sparse_states(make, dtype, index_dtype, rows, mode, fused_ops):
     """``STEPS_ADAPTIVE`` sparse steps on a ``rows``-row table: a quarter of the rows each step,
     some of them twice (summed before the step), the first step's rows touched again later."""
     rng = np.random.RandomState(2)
@@ -369,11 +369,65 @@ def test_the_lazy_sparse_kernel_gives_the_bits_of_the_rules_own_step(name, dtype
     The large table spreads its 50000 rows a step over the thread pool."""
     with monkeypatch.context() as patch:
         patch.setattr(kernels, "op", lambda var, name: None)
-        expected = _lazy_states(LAZY[name], dtype, index_dtype, rows, mode, [])
-    ours = _lazy_states(LAZY[name], dtype, index_dtype, rows, mode, ["FusedSparseApplyLazyAdam"])
+        expected = _sparse_states(LAZY[name], dtype, index_dtype, rows, mode, [])
+    ours = _sparse_states(LAZY[name], dtype, index_dtype, rows, mode, ["FusedSparseApplyLazyAdam"])
     assert len(ours) == len(expected)
     for i, (a, b) in enumerate(zip(ours, expected)):
         np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{name}: array {i} (0: the variable, 1: iterations, then slots)")
+
+
+SPARSE = {"adam": (lambda: Adam(learning_rate=0.1, beta_1=0.8, beta_2=0.95, epsilon=1e-3), "FusedSparseApplyAdam"),
+          "adamw": (lambda: AdamW(0.05, learning_rate=0.1, beta_1=0.8), "DecayedSparseApplyAdam"),
+          # jit_compile=False: without the kernels, the average of the large table is TFA's ops, not compiled
+          # (XLA may contract it to a fused multiply-add)
+          "moving_average_adam": (lambda: MovingAverage(Adam(0.1, beta_2=0.95), average_decay=0.7, jit_compile=False),
+                                  "SparseApplyAdamAverage"),
+          "moving_average_adamw": (lambda: MovingAverage(AdamW(0.05, 0.1), average_decay=0.7, dynamic_decay=True,
+                                                         jit_compile=False), "DecayedSparseApplyAdamAverage")}
+
+
+@pytest.mark.parametrize("rows, mode", [(40, "eager"), (40, "function"), (200_000, "function")], ids=str)
+@pytest.mark.parametrize("index_dtype", [tf.int32, tf.int64], ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("name", sorted(SPARSE))
+def test_the_sparse_adam_kernel_gives_the_bits_of_the_decay_the_rules_own_step_and_the_average(
+        name, dtype, index_dtype, rows, mode, monkeypatch):
+    """Keras's sparse Adam (``update_sparse``, not lazy) decays every row's moments and moves every
+    row, an op per operation over the whole table; TFA's sparse decay gathers and scatters the
+    touched rows, and the average takes its own pass. The kernel does it all in one pass over the
+    table, in parallel over row ranges, a repeated index's rows summed first as in the ops."""
+    make, op = SPARSE[name]
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "op", lambda var, name: None)
+        expected = _sparse_states(make, dtype, index_dtype, rows, mode, [])
+    ours = _sparse_states(make, dtype, index_dtype, rows, mode, [op])
+    assert len(ours) == len(expected) > 3
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{name}: array {i} (0: the variable, then weights)")
+
+
+@pytest.mark.parametrize("decay", [0.0, 0.1])
+def test_the_sparse_adam_kernel_adds_repeated_indices_in_order_and_decays_once_per_occurrence(decay):
+    """Called directly with repeated indices (the optimizer sums them first), the kernel gives what
+    the ops give on them: ``scatter_add`` adds the rows in their order, the decay's ``scatter_sub``
+    subtracts the decay of the row's value before the step once per occurrence."""
+    rng = np.random.RandomState(3)
+    grad = tf.constant(rng.randn(5, 3), tf.float32)
+    indices = tf.constant([4, 1, 4, 0, 4])
+    scalars = dict(alpha=tf.constant(0.1), beta1=tf.constant(0.8), beta2=tf.constant(0.95), epsilon=tf.constant(1e-3))
+    init = [rng.randn(6, 3).astype("float32"), rng.rand(6, 3).astype("float32"), rng.rand(6, 3).astype("float32")]
+    var, m, v = (tf.Variable(x) for x in init)
+    kernels.op(var, "DecayedSparseApplyAdam")(var=var.handle, m=m.handle, v=v.handle, grad=grad, indices=indices,
+                                              decay=tf.constant(decay), **scalars)
+    expected_var, expected_m, expected_v = (tf.Variable(x) for x in init)
+    expected_var.scatter_sub(tf.IndexedSlices(decay * tf.gather(expected_var, indices), indices))
+    expected_m.assign(expected_m * scalars["beta1"])
+    expected_m.scatter_add(tf.IndexedSlices(grad * (1 - scalars["beta1"]), indices))
+    expected_v.assign(expected_v * scalars["beta2"])
+    expected_v.scatter_add(tf.IndexedSlices(tf.square(grad) * (1 - scalars["beta2"]), indices))
+    expected_var.assign_sub(scalars["alpha"] * expected_m / (tf.sqrt(expected_v) + scalars["epsilon"]))
+    for a, b in zip((var, m, v), (expected_var, expected_m, expected_v)):
+        np.testing.assert_array_equal(_bits(a.numpy()), _bits(b.numpy()))
 
 
 def test_the_lazy_sparse_kernel_carries_nan_inf_and_zero_gradients_as_the_rules_own_step(monkeypatch):

@@ -11,8 +11,11 @@ RectifiedAdam, COCOB, ProximalAdagrad and Lion, each one kernel with the bits of
 (``benchmarks/bench_adamlike.py``, ``benchmarks/bench_layerwise.py``). ``layerwise.cc`` is the
 per-variable norm of LAMB, NovoGrad and ConditionalGradient (the bits of TensorFlow's ``reduce_sum(square(x))``,
 whichever the thread pool, reading ``x`` once) and the element-wise pass on each side of it.
-``sparse.cc`` is LazyAdam's sparse step, each touched row read and written once (TFA gathers and
-scatters each row several times; ``benchmarks/bench_adamlike.py``).
+``sparse.cc`` is Adam's sparse steps: LazyAdam's, each touched row read and written once (TFA
+gathers and scatters each row several times; ``benchmarks/bench_adamlike.py``), and Keras's,
+which moves every row, with AdamW's decay of the touched rows and the average fused in, each
+array read and written once (Keras takes a pass per operation; ``benchmarks/bench_zoo.py
+wide_deep``).
 They are compiled once per TensorFlow version, compiler and source (about a minute, with
 TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
 TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
@@ -56,6 +59,8 @@ _FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", "-f
     ["-mavx"] if platform.machine() in ("x86_64", "AMD64") else [])
 _OPS = {(True, False): "DecayedApplyAdam", (False, True): "ApplyAdamAverage",
         (True, True): "DecayedApplyAdamAverage"}
+_SPARSE_OPS = {(False, False): "FusedSparseApplyAdam", (True, False): "DecayedSparseApplyAdam",
+               (False, True): "SparseApplyAdamAverage", (True, True): "DecayedSparseApplyAdamAverage"}
 _state: dict[str, Any] = {}
 
 
@@ -77,7 +82,8 @@ def library_path() -> str | None:
     for source in _SOURCES + _HEADERS:
         with open(source, "rb") as f:
             digest.update(f.read())
-    digest.update(" ".join(_command(compiler, "")).encode())
+    # The sources' contents, not their paths: every checkout of the same source shares one build.
+    digest.update(" ".join([compiler, *_FLAGS, *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]).encode())
     digest.update(subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout)
     root = os.environ.get("OPTIMIZERS_KERNEL_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "custom-optimizer-v2")
@@ -115,7 +121,7 @@ def _library() -> Any:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
                               f"RectifiedAdam's, COCOB's, ProximalAdagrad's, Lion's, LAMB's, NovoGrad's and "
-                              f"ConditionalGradient's (and LazyAdam's sparse step) their own steps (the same "
+                              f"ConditionalGradient's (and Adam's sparse steps) their own steps (the same "
                               f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
                               stacklevel=3)
     return _state["library"]
@@ -146,7 +152,7 @@ DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*
 DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
                              "FusedApplyProximalAdagrad", "SumOfSquares", "FusedLambDirection",
                              "FusedApplyNovoGrad", "FusedApplyConditionalGradient", "FusedSparseApplyLazyAdam",
-                             "FusedApplyLion"),
+                             "FusedApplyLion", *_SPARSE_OPS.values()),
                             (tf.float32, tf.float64)))
 
 
@@ -167,10 +173,13 @@ def _snake_case(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
 
-def fused_adam(var: Any, decay: bool, average: bool) -> Any:
+def fused_adam(var: Any, decay: bool, average: bool, sparse: bool = False) -> Any:
     """The fused Adam op for ``var`` with the decay before it (``decay``), the moving average
     after it (``average``), or both, called with ``ResourceApplyAdam``'s arguments plus
     ``decay``, and ``average`` and ``average_rate``; or ``None`` where it is not available (see
-    :func:`op`), or for neither (TensorFlow's own Adam kernel is that)."""
-    name = _OPS.get((decay, average))
+    :func:`op`), or for neither (TensorFlow's own Adam kernel is that). ``sparse``: Keras's
+    sparse Adam on every row (the touched rows decayed), called with ``alpha``, ``beta1``,
+    ``beta2``, ``epsilon``, ``grad`` (the rows) and ``indices``, plus the same extras; for
+    neither too."""
+    name = (_SPARSE_OPS if sparse else _OPS).get((decay, average))
     return None if name is None else op(var, name)

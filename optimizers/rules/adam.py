@@ -120,6 +120,28 @@ class Adam(CustomOptimizerV2):
                   lr=coefficients["learning_rate"], beta1=coefficients["beta_1"], beta2=coefficients["beta_2"],
                   epsilon=coefficients["epsilon"], **extra)
 
+    def fused_sparse_kernel(self, var, options, decay, average):
+        """Keras's sparse step (not lazy: every row's moments decay and every row moves) with the
+        decay of the touched rows and the average as one kernel (``optimizers.kernels``: the bits
+        of :meth:`update_sparse` and of the decay and average ops, each array read and written
+        once), where it is available for ``var``; not with AMSGrad."""
+        if self.lazy or self.amsgrad:
+            return None
+        op = kernels.fused_adam(var, decay, average, sparse=True)
+        step = functools.partial(self._fused_sparse_step, op, decay)
+        return None if op is None else kernel_if_unchanged(self, Adam, ("prepare", "update_sparse", "_update"), var,
+                                                           step)
+
+    @staticmethod
+    def _fused_sparse_step(op, decay, grad, var, indices, slots, coefficients, **extra):
+        if decay:
+            extra["decay"] = coefficients["weight_decay_factor"]
+        if "average" in extra:
+            extra["average"] = extra["average"].handle
+        return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, alpha=coefficients["alpha"],
+                  beta1=coefficients["beta_1"], beta2=coefficients["beta_2"], epsilon=coefficients["epsilon"],
+                  grad=grad, indices=indices, **extra)
+
     def _fused_step(self, grad, var, slots, coefficients):
         return tf.raw_ops.ResourceApplyAdam(
             var=var.handle, m=slots["m"].handle, v=slots["v"].handle, grad=grad,

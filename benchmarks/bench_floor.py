@@ -8,13 +8,21 @@ AdamW move 2 slots (``m``, ``v``), so their floor reads 4 and writes 3 arrays pe
 far a step is from what the memory allows on this machine (printed, no goal); the goals against
 the fused Adam kernel are in ``bench_adamw.py``, ``bench_template.py`` and
 ``bench_moving_average.py``. The fused kernel's own ratio to the floor is printed for reference.
+
+Where variables are small, a step's floor is its variables, not their memory: each variable a
+``tf.function`` uses is one more captured input passed at every call. A function that only adds a
+small constant to each of ``N`` small float32 variables (16x16 and 16, alternating) is timed at
+``N`` = 8000 against 6000, the variables plus slots of ``MovingAverage(AdamW)`` and of ``AdamW``
+alone on 2000 variables (``bench_moving_average.py``'s small case): the cost of each variable a
+step captures and touches, whatever the optimizer, and so the floor of what 2000 more averages
+cost a step (printed, no goal).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from benchmarks.common import Case, compare, without_kernel
+from benchmarks.common import Case, best_rounds, compare, without_kernel
 from optimizers import Adam, AdamW, MovingAverage, keras
 
 
@@ -42,6 +50,19 @@ class Floor:
             self._touch(grad, var, self._slots[key])
 
 
+def captured_variables_step(n: int):
+    """A tf.function that adds a small constant to each of ``n`` small float32 variables."""
+    variables = [tf.Variable(tf.zeros(shape)) for shape in [(16, 16), (16,)] * (n // 2)]
+
+    @tf.function
+    def step():
+        deltas = {shape: tf.constant(1e-3, shape=shape) for shape in [(16, 16), (16,)]}
+        for var in variables:
+            var.assign_add(deltas[tuple(var.shape)], read_value=False)
+
+    return step
+
+
 def cases() -> list[Case]:
     def adam():
         return keras.optimizers.legacy.Adam(1e-3)
@@ -56,4 +77,6 @@ def cases() -> list[Case]:
              lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: Floor(2), repeats=30)),
         Case("floor: MovingAverage(AdamW) / floor (3 slots), 8M f32", "XLA read+write pass", no_goal,
              lambda: compare(lambda: MovingAverage(AdamW(1e-4, 1e-3)), lambda: Floor(3), repeats=30)),
+        Case("floor: 8000 / 6000 captured small variables, one add each", "6000 captured variables", no_goal,
+             lambda: best_rounds(captured_variables_step(8000), captured_variables_step(6000), repeats=30)),
     ]

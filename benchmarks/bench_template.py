@@ -24,7 +24,7 @@ dispatch) shows: printed against the built-in, no goal.
 import statistics
 import time
 
-from benchmarks.common import Case, compare, dense_problem, without_fused_decay, without_kernel
+from benchmarks.common import Case, compare, dense_problem, small_problem, without_fused_decay, without_kernel
 from optimizers import Adam, AdamW, keras
 
 
@@ -53,17 +53,6 @@ def eager_many_variables(repeats: int = 10) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def _small_problem():
-    """2000 small variables (1000 kernels of 16x16, 1000 biases of 16) and their gradients."""
-    import numpy as np
-    import tensorflow as tf
-
-    rng = np.random.RandomState(0)
-    shapes = [(16, 16), (16,)] * 1000
-    return ([tf.Variable(rng.randn(*s).astype("float32")) for s in shapes],
-            [tf.constant(rng.randn(*s).astype("float32")) for s in shapes])
-
-
 def cases() -> list[Case]:
     return [
         Case("Adam (its fused kernel) / fused Adam, 8M f32", "tf_keras legacy Adam", 1.05,
@@ -84,11 +73,11 @@ def cases() -> list[Case]:
              lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: without_fused_decay(AdamW)(1e-4, 1e-3))),
         Case("AdamW fused decay kernel / fused Adam, 2000 small variables", "tf_keras legacy Adam",
              float("inf"), lambda: compare(lambda: AdamW(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
-                                           problem=_small_problem)),
+                                           problem=small_problem)),
         Case("AdamW decay op + Adam kernel / fused Adam, 2000 small variables", "tf_keras legacy Adam",
              float("inf"), lambda: compare(lambda: without_fused_decay(AdamW)(1e-4, 1e-3),
-                                           lambda: keras.optimizers.legacy.Adam(1e-3), problem=_small_problem)),
+                                           lambda: keras.optimizers.legacy.Adam(1e-3), problem=small_problem)),
         Case("AdamW compiled chunks / fused Adam, 2000 small variables", "tf_keras legacy Adam", float("inf"),
              lambda: compare(lambda: without_kernel(AdamW)(1e-4, 1e-3), lambda: keras.optimizers.legacy.Adam(1e-3),
-                             problem=_small_problem)),
+                             problem=small_problem)),
     ]

@@ -62,6 +62,14 @@ def dense_problem(num_params: int = 8_000_000, num_vars: int = 8, seed: int = 0)
     return variables, grads
 
 
+def small_problem():
+    """2000 small variables (1000 kernels of 16x16, 1000 biases of 16) and their gradients."""
+    rng = np.random.RandomState(0)
+    shapes = [(16, 16), (16,)] * 1000
+    return ([tf.Variable(rng.randn(*s).astype("float32")) for s in shapes],
+            [tf.constant(rng.randn(*s).astype("float32")) for s in shapes])
+
+
 def train_step(optimizer, variables, grads) -> Callable[[], object]:
     """A tf.function that applies ``grads`` to ``variables`` once."""
 
@@ -77,8 +85,11 @@ def compare(make_ours: Callable[[], object], make_peer: Callable[[], object], re
     """Time ours and the peer on separate copies of the same problem, interleaved."""
     ours_vars, grads = problem()
     peer_vars, _ = problem()
-    ours = train_step(make_ours(), ours_vars, grads)
-    peer = train_step(make_peer(), peer_vars, grads)
+    return best_rounds(train_step(make_ours(), ours_vars, grads), train_step(make_peer(), peer_vars, grads), repeats)
+
+
+def best_rounds(ours: Callable[[], object], peer: Callable[[], object], repeats: int = 15) -> tuple[float, float]:
+    """Median step seconds of ``ours`` and ``peer`` (tf.functions), the best of 6 interleaved rounds of each."""
     ours_t, peer_t = [], []
     rounds = 6  # interleaved, so drift hits both sides alike; the best round of each side is kept
     for _ in range(rounds):

@@ -89,9 +89,11 @@ def compare(make_ours: Callable[[], object], make_peer: Callable[[], object], re
 
 
 def best_rounds(ours: Callable[[], object], peer: Callable[[], object], repeats: int = 15) -> tuple[float, float]:
-    """Median step seconds of ``ours`` and ``peer`` (tf.functions), the best of 6 interleaved rounds of each."""
+    """Median step seconds of ``ours`` and ``peer`` (tf.functions), the best of 10 interleaved rounds of each."""
     ours_t, peer_t = [], []
-    rounds = 6  # interleaved, so drift hits both sides alike; the best round of each side is kept
+    # Interleaved, so drift hits both sides alike; the best round of each side is kept: on a shared
+    # 2-core machine, stretches of a few hundred ms run at half speed, on either side.
+    rounds = 10
     for _ in range(rounds):
         ours_t.append(median_step_seconds(ours, repeats=max(repeats // rounds, 3)))
         peer_t.append(median_step_seconds(peer, repeats=max(repeats // rounds, 3)))
@@ -131,7 +133,7 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(steps: list, rounds: int = 4, per_round: int = 8) -> list[tuple[float, float]]:
+def timed(steps: list, rounds: int = 10, per_round: int = 8) -> list[tuple[float, float]]:
     """``(wall, cpu)`` seconds per call of each step (a tf.function): best interleaved round of each."""
     for step in steps:
         for _ in range(3):

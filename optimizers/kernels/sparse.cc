@@ -14,7 +14,7 @@
 //
 // TFA's LazyAdam gathers the rows, runs nine element-wise ops on them (each writing a temporary)
 // and scatters them back: each touched row goes through memory over a dozen times. Keras's sparse
-// Adam takes a pass per element-wise op over the whole table (about eight), plus TFA's gather and
+// Adam takes a pass per element-wise op over the whole table (seven), plus TFA's gather and
 // scatter of the decay, plus the average's pass. Here each array is read and written once, with the
 // same rounded operations in their order, so the results are those ops' bits. Every index is
 // checked before any row is written, so a refused step changes nothing.
@@ -39,24 +39,24 @@ class SparseInputs {
     std::iota(inputs.begin(), inputs.end(), 0);
     locks_.emplace(tf::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(ctx, /*do_lock=*/true, /*sparse=*/!dense,
                                                                           inputs));
-    std::vector<tf::Tensor> arrays(resources);
+    arrays_.resize(resources);
     for (int i = 0; i < resources; ++i) {
-      if (!Ok(tf::GetInputTensorFromVariable<CPUDevice, T>(ctx, i, true, !dense, &arrays[i]))) return;
-      if (!arrays[i].IsInitialized()) {
+      if (!Ok(tf::GetInputTensorFromVariable<CPUDevice, T>(ctx, i, true, !dense, &arrays_[i]))) return;
+      if (!arrays_[i].IsInitialized()) {
         Fail(absl::FailedPreconditionError(absl::StrCat(Name(), ": input ", i, " is not initialized")));
         return;
       }
     }
-    const tf::TensorShape& shape = arrays[0].shape();
+    const tf::TensorShape& shape = arrays_[0].shape();
     if (shape.dims() < 1) {
       Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": var must have rows. Received: a scalar")));
       return;
     }
     for (int i = 1; i < resources; ++i) {
-      if (!arrays[i].shape().IsSameSize(shape)) {
+      if (!arrays_[i].shape().IsSameSize(shape)) {
         Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": every slot must have var's shape ",
                                                      shape.DebugString(), ". Received: input ", i, " of shape ",
-                                                     arrays[i].shape().DebugString())));
+                                                     arrays_[i].shape().DebugString())));
         return;
       }
     }
@@ -93,7 +93,7 @@ class SparseInputs {
       }
     }
     width_ = rows_ == 0 ? 0 : shape.num_elements() / rows_;
-    for (auto& array : arrays) data_.push_back(array.template flat<T>().data());
+    for (auto& array : arrays_) data_.push_back(array.template flat<T>().data());
     grad_ = grad.flat<T>().data();
   }
 
@@ -121,7 +121,8 @@ class SparseInputs {
   int resources_;
   bool ok_ = true;
   std::optional<tf::VariableInputLockHolder> locks_;
-  std::vector<T*> data_;
+  std::vector<tf::Tensor> arrays_;
+  std::vector<T*> data_;  // each variable's elements
   const T* grad_ = nullptr;
   const Index* index_ = nullptr;
   Eigen::Index rows_ = 0, width_ = 0, touched_ = 0;

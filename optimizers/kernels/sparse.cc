@@ -29,57 +29,41 @@ using namespace optimizers_kernels;  // NOLINT: this file's kernels are written 
 
 // A sparse step's inputs: `resources` variables of T with rows (var first, the others of its
 // shape), `scalars` scalars of T, the gradient's rows and their indices, every index checked.
-// Holds the variables' locks while it lives: shared for a step that writes the touched rows only
-// (`dense` false), exclusive for one that writes every row.
+// Its variables' locks are shared for a step that writes the touched rows only (`dense` false),
+// exclusive for one that writes every row.
 template <typename T, typename Index>
-class SparseInputs {
+class SparseInputs : public VariableInputs<T> {
  public:
-  SparseInputs(tf::OpKernelContext* ctx, int resources, int scalars, bool dense) : ctx_(ctx), resources_(resources) {
-    std::vector<int> inputs(resources);
-    std::iota(inputs.begin(), inputs.end(), 0);
-    locks_.emplace(tf::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(ctx, /*do_lock=*/true, /*sparse=*/!dense,
-                                                                          inputs));
-    arrays_.resize(resources);
-    for (int i = 0; i < resources; ++i) {
-      if (!Ok(tf::GetInputTensorFromVariable<CPUDevice, T>(ctx, i, true, !dense, &arrays_[i]))) return;
-      if (!arrays_[i].IsInitialized()) {
-        Fail(absl::FailedPreconditionError(absl::StrCat(Name(), ": input ", i, " is not initialized")));
-        return;
-      }
-    }
-    const tf::TensorShape& shape = arrays_[0].shape();
+  SparseInputs(tf::OpKernelContext* ctx, int resources, int scalars, bool dense)
+      : VariableInputs<T>(ctx, resources, scalars, /*sparse=*/!dense) {
+    if (!this->ok()) return;
+    const tf::TensorShape& shape = this->array(0).shape();
     if (shape.dims() < 1) {
-      Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": var must have rows. Received: a scalar")));
+      this->Fail(absl::InvalidArgumentError(absl::StrCat(this->Name(), ": var must have rows. Received: a scalar")));
       return;
     }
     for (int i = 1; i < resources; ++i) {
-      if (!arrays_[i].shape().IsSameSize(shape)) {
-        Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": every slot must have var's shape ",
-                                                     shape.DebugString(), ". Received: input ", i, " of shape ",
-                                                     arrays_[i].shape().DebugString())));
-        return;
-      }
-    }
-    for (int i = resources; i < resources + scalars; ++i) {
-      if (!tf::TensorShapeUtils::IsScalar(ctx->input(i).shape())) {
-        Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": input ", i, " must be a scalar. Received: ",
-                                                     ctx->input(i).shape().DebugString())));
+      if (!this->array(i).shape().IsSameSize(shape)) {
+        this->Fail(absl::InvalidArgumentError(absl::StrCat(this->Name(), ": every slot must have var's shape ",
+                                                           shape.DebugString(), ". Received: input ", i,
+                                                           " of shape ", this->array(i).shape().DebugString())));
         return;
       }
     }
     const tf::Tensor& grad = ctx->input(resources + scalars);
     const tf::Tensor& indices = ctx->input(resources + scalars + 1);
     if (!tf::TensorShapeUtils::IsVector(indices.shape())) {
-      Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": indices must be a vector. Received: shape ",
-                                                   indices.shape().DebugString())));
+      this->Fail(absl::InvalidArgumentError(absl::StrCat(this->Name(), ": indices must be a vector. Received: shape ",
+                                                         indices.shape().DebugString())));
       return;
     }
     tf::TensorShape rows_shape = shape;
     rows_shape.set_dim(0, indices.dim_size(0));
     if (!grad.shape().IsSameSize(rows_shape)) {
-      Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": grad must hold one row of var per index, shape ",
-                                                   rows_shape.DebugString(), ". Received: shape ",
-                                                   grad.shape().DebugString())));
+      this->Fail(absl::InvalidArgumentError(absl::StrCat(this->Name(),
+                                                         ": grad must hold one row of var per index, shape ",
+                                                         rows_shape.DebugString(), ". Received: shape ",
+                                                         grad.shape().DebugString())));
       return;
     }
     rows_ = shape.dim_size(0);
@@ -87,19 +71,15 @@ class SparseInputs {
     index_ = indices.vec<Index>().data();
     for (Eigen::Index i = 0; i < touched_; ++i) {
       if (index_[i] < 0 || index_[i] >= rows_) {
-        Fail(absl::InvalidArgumentError(absl::StrCat(Name(), ": indices[", i, "] = ", index_[i], " is not in [0, ",
-                                                     rows_, ")")));
+        this->Fail(absl::InvalidArgumentError(absl::StrCat(this->Name(), ": indices[", i, "] = ", index_[i],
+                                                           " is not in [0, ", rows_, ")")));
         return;
       }
     }
     width_ = rows_ == 0 ? 0 : shape.num_elements() / rows_;
-    for (auto& array : arrays_) data_.push_back(array.template flat<T>().data());
     grad_ = grad.flat<T>().data();
   }
 
-  bool ok() const { return ok_; }
-  T scalar(int i) const { return ctx_->input(resources_ + i).scalar<T>()(); }
-  T* data(int i) const { return data_[i]; }     // the i-th variable's elements
   const T* grad() const { return grad_; }        // touched() rows of width() elements
   const Index* indices() const { return index_; }
   Eigen::Index rows() const { return rows_; }
@@ -107,22 +87,6 @@ class SparseInputs {
   Eigen::Index touched() const { return touched_; }
 
  private:
-  std::string Name() const { return ctx_->op_kernel().name(); }
-  bool Ok(const tf::Status& status) {
-    if (!status.ok()) Fail(status);
-    return ok_;
-  }
-  void Fail(const tf::Status& status) {
-    ctx_->SetStatus(status);
-    ok_ = false;
-  }
-
-  tf::OpKernelContext* ctx_;
-  int resources_;
-  bool ok_ = true;
-  std::optional<tf::VariableInputLockHolder> locks_;
-  std::vector<tf::Tensor> arrays_;
-  std::vector<T*> data_;  // each variable's elements
   const T* grad_ = nullptr;
   const Index* index_ = nullptr;
   Eigen::Index rows_ = 0, width_ = 0, touched_ = 0;

@@ -177,6 +177,13 @@ class FusedSparseApplyAdamOp : public tf::OpKernel {
     T alpha, beta1, beta2, epsilon, decay, rate, one_minus_beta1, one_minus_beta2;
   };
 
+  // Element j of every row's last operations, from its new moments: the variable moves, then the average.
+  static inline void Move(const Scalars& s, T* __restrict w, T* __restrict a, Eigen::Index j, T m_j, T v_j) {
+    const T w_j = w[j] - (s.alpha * m_j) / (std::sqrt(v_j) + s.epsilon);
+    w[j] = w_j;
+    if (kAverage) a[j] = a[j] - (a[j] - w_j) * s.rate;
+  }
+
   // Elements [at, at + n) of rows no gradient touches: the moments decay, the variable moves.
   static void Rows(const Scalars& s, T* const* x, Eigen::Index at, Eigen::Index n) {
     T* __restrict w = x[0] + at;
@@ -187,9 +194,7 @@ class FusedSparseApplyAdamOp : public tf::OpKernel {
       const T m_j = m[j] * s.beta1, v_j = v[j] * s.beta2;
       m[j] = m_j;
       v[j] = v_j;
-      const T w_j = w[j] - (s.alpha * m_j) / (std::sqrt(v_j) + s.epsilon);
-      w[j] = w_j;
-      if (kAverage) a[j] = a[j] - (a[j] - w_j) * s.rate;
+      Move(s, w, a, j, m_j, v_j);
     }
   }
 
@@ -220,11 +225,7 @@ class FusedSparseApplyAdamOp : public tf::OpKernel {
       }
     }
     T* __restrict a = kAverage ? x[3] + at : nullptr;
-    for (Eigen::Index j = 0; j < n; ++j) {
-      const T w_j = w[j] - (s.alpha * m[j]) / (std::sqrt(v[j]) + s.epsilon);
-      w[j] = w_j;
-      if (kAverage) a[j] = a[j] - (a[j] - w_j) * s.rate;
-    }
+    for (Eigen::Index j = 0; j < n; ++j) Move(s, w, a, j, m[j], v[j]);
   }
 };
 

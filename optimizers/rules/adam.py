@@ -110,15 +110,20 @@ class Adam(CustomOptimizerV2):
         return None if op is None else functools.partial(self._fused_kernel_step, op, decay)
 
     @staticmethod
-    def _fused_kernel_step(op, decay, grad, var, slots, coefficients, **extra):
+    def _fused_extras(coefficients, decay, extra):
+        """A fused op's inputs beside Adam's: the decay's factor (``decay``), the average's handle and rate."""
         if decay:
             extra["decay"] = coefficients["weight_decay_factor"]
         if "average" in extra:
             extra["average"] = extra["average"].handle
+        return extra
+
+    @staticmethod
+    def _fused_kernel_step(op, decay, grad, var, slots, coefficients, **extra):
         return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, grad=grad,
                   beta1_power=coefficients["beta_1_power"], beta2_power=coefficients["beta_2_power"],
                   lr=coefficients["learning_rate"], beta1=coefficients["beta_1"], beta2=coefficients["beta_2"],
-                  epsilon=coefficients["epsilon"], **extra)
+                  epsilon=coefficients["epsilon"], **Adam._fused_extras(coefficients, decay, extra))
 
     def fused_sparse_kernel(self, var, options, decay, average):
         """Keras's sparse step (not lazy: every row's moments decay and every row moves) with the
@@ -128,19 +133,10 @@ class Adam(CustomOptimizerV2):
         if self.lazy or self.amsgrad:
             return None
         op = kernels.fused_adam(var, decay, average, sparse=True)
-        step = functools.partial(self._fused_sparse_step, op, decay)
-        return None if op is None else kernel_if_unchanged(self, Adam, ("prepare", "update_sparse", "_update"), var,
-                                                           step)
-
-    @staticmethod
-    def _fused_sparse_step(op, decay, grad, var, indices, slots, coefficients, **extra):
-        if decay:
-            extra["decay"] = coefficients["weight_decay_factor"]
-        if "average" in extra:
-            extra["average"] = extra["average"].handle
-        return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, alpha=coefficients["alpha"],
-                  beta1=coefficients["beta_1"], beta2=coefficients["beta_2"], epsilon=coefficients["epsilon"],
-                  grad=grad, indices=indices, **extra)
+        if op is None:
+            return None
+        return kernel_if_unchanged(self, Adam, ("prepare", "update_sparse", "_update"), var,
+                                   functools.partial(self._sparse_kernel_step, op, decay=decay))
 
     def _fused_step(self, grad, var, slots, coefficients):
         return tf.raw_ops.ResourceApplyAdam(
@@ -170,13 +166,14 @@ class Adam(CustomOptimizerV2):
         written once, the same bits), where it is available for ``var``; not with AMSGrad."""
         if self.amsgrad:
             return None
-        return library_kernel(self, Adam, ("_update",), var, "FusedSparseApplyLazyAdam", self._lazy_kernel_step)
+        return library_kernel(self, Adam, ("_update",), var, "FusedSparseApplyLazyAdam", self._sparse_kernel_step)
 
     @staticmethod
-    def _lazy_kernel_step(op, grad, var, indices, slots, coefficients):
+    def _sparse_kernel_step(op, grad, var, indices, slots, coefficients, decay=False, **extra):
+        """A sparse kernel's call (lazy, or every row with ``decay`` and the average's ``extra``)."""
         return op(var=var.handle, m=slots["m"].handle, v=slots["v"].handle, alpha=coefficients["alpha"],
                   beta1=coefficients["beta_1"], beta2=coefficients["beta_2"], epsilon=coefficients["epsilon"],
-                  grad=grad, indices=indices)
+                  grad=grad, indices=indices, **Adam._fused_extras(coefficients, decay, extra))
 
     def update_sparse(self, grad, var, indices, slots, coefficients):
         m, v = slots["m"], slots["v"]

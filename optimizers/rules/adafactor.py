@@ -8,8 +8,8 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.hyperparameters import check_bool
+from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
-from slots import SlotSpec
 
 __all__ = ["Adafactor"]
 

@@ -14,8 +14,8 @@ from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras_compat import keras
 from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
 from optimizers.rules.lamb import check_constant
+from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
-from slots import SlotSpec
 
 __all__ = ["NovoGrad"]
 

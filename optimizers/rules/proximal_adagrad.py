@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from optimizers.rule import library_kernel
 from optimizers.rules.lamb import check_constant
+from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
-from slots import SlotSpec
 
 __all__ = ["ProximalAdagrad"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-import slots as slots_lib
+from optimizers import slots as slots_lib
 from optimizers.hyperparameters import check_number
 from optimizers.rule import library_kernel
 from optimizers.template import CustomOptimizerV2

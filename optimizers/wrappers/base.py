@@ -9,9 +9,9 @@ from typing import Any
 
 import tensorflow as tf
 
-import slots as slots_lib
 from optimizers import compiled, kernels, saving
 from optimizers import config as config_lib
+from optimizers import slots as slots_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import Hyperparameters, check_number
 from optimizers.keras_compat import (

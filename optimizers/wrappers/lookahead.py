@@ -12,8 +12,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers.slots import SlotSpec
 from optimizers.wrappers.base import OptimizerWrapper
-from slots import SlotSpec
 
 __all__ = ["Lookahead"]
 

@@ -65,17 +65,44 @@ def check_grads_and_vars(grads_and_vars: Any) -> list:
         if not grad_shape.is_compatible_with(var_shape):
             raise ValueError(f"The gradient of variable {var.name!r} (shape {var.shape}) has an incompatible "
                              f"shape. Received: grad={grad!r}")
+        if isinstance(grad, tf.IndexedSlices):
+            _check_sparse(grad, var)
         out.append((grad, var))
     return out
 
 
+def _check_sparse(grad: tf.IndexedSlices, var: tf.Variable) -> None:
+    """What a sparse gradient's static shapes and dtypes can say before the step: integer indices
+    of rank 1, as many rows of values as indices, a ``dense_shape`` (where it is a constant) that is
+    the variable's. What only runs can say is asserted by :func:`index_checks`."""
+    where = f"The sparse gradient of variable {var.name!r} (shape {var.shape})"
+    indices, values = grad.indices, grad.values
+    if indices.dtype not in (tf.int32, tf.int64):
+        raise TypeError(f"{where} must have int32 or int64 indices. Received: grad.indices={indices!r}")
+    if indices.shape.rank not in (None, 1):
+        raise ValueError(f"{where} must have indices of rank 1, one row index per row of values. "
+                         f"Received: grad.indices={indices!r}")
+    if values.shape.rank == 0:
+        raise ValueError(f"{where} must have values of rank >= 1, one row per index. Received: grad.values={values!r}")
+    if not values.shape[:1].is_compatible_with(indices.shape[:1]):
+        raise ValueError(f"{where} has {values.shape[0]} rows of values for {indices.shape[0]} indices. "
+                         f"Received: grad.values={values!r}, grad.indices={indices!r}")
+    dense_shape = None if grad.dense_shape is None else tf.get_static_value(grad.dense_shape)
+    if dense_shape is not None and not var.shape.is_compatible_with(tf.TensorShape(dense_shape.tolist())):
+        raise ValueError(f"{where} has a dense_shape other than the variable shape. "
+                         f"Received: grad.dense_shape={dense_shape.tolist()!r}")
+
+
 def index_checks(grads_and_vars: list) -> list:
-    """Sparse gradients' row indices must lie in ``[0, rows)``: checked before the
-    step changes anything (one comparison and one reduction per sparse gradient and step).
-    Eagerly an error is raised here; in a graph the returned assertions must
-    run before the step's first assignment."""
+    """Sparse gradients' row indices must lie in ``[0, rows)``, and (where the shapes are known only
+    when the step runs) be one per row of values, with a ``dense_shape`` that is the variable's:
+    checked before the step changes anything (one comparison and one reduction per sparse gradient
+    and step). Eagerly an error is raised here; in a graph the returned assertions must run before
+    the step's first assignment."""
     checks = []
     for grad, var in grads_and_vars:
+        if isinstance(grad, tf.IndexedSlices) and not tf.executing_eagerly():
+            checks.extend(_sparse_shape_checks(grad, var))
         if not isinstance(grad, tf.IndexedSlices) or var.shape.rank is None or var.shape[0] is None:
             continue
         rows = int(var.shape[0])
@@ -93,6 +120,30 @@ def index_checks(grads_and_vars: list) -> list:
             bound = tf.constant(min(rows, 2 ** (8 * unsigned.size - 1)), unsigned)
             inside = tf.reduce_all(tf.cast(indices, unsigned) < bound)
             checks.append(assertion(inside, [message, indices], summarize=20))
+    return checks
+
+
+def _sparse_shape_checks(grad: tf.IndexedSlices, var: tf.Variable) -> list:
+    """The graph assertions of what :func:`_check_sparse` could not see in the static shapes."""
+    where = f"The sparse gradient of variable {var.name!r} (shape {var.shape})"
+    checks = []
+    if grad.indices.shape.rank is None:
+        checks.append(assertion(tf.equal(tf.rank(grad.indices), 1),
+                                [f"{where} must have indices of rank 1. Received: rank(grad.indices)=",
+                                 tf.rank(grad.indices)]))
+    if grad.values.shape[:1].num_elements() is None or grad.indices.shape[:1].num_elements() is None:
+        rows, count = tf.shape(grad.values)[0], tf.size(grad.indices)
+        checks.append(assertion(tf.equal(rows, count), [f"{where} must have one index per row of values. "
+                                                        "Received: rows of grad.values, size of grad.indices=",
+                                                        rows, count]))
+    if (grad.dense_shape is not None and tf.get_static_value(grad.dense_shape) is None
+            and var.shape.is_fully_defined()):
+        expected = tf.constant(var.shape.as_list(), grad.dense_shape.dtype)
+        same = tf.logical_and(tf.equal(tf.size(grad.dense_shape), var.shape.rank),
+                              tf.reduce_all(tf.equal(tf.pad(grad.dense_shape, [[0, var.shape.rank]])[:var.shape.rank],
+                                                     expected)))
+        checks.append(assertion(same, [f"{where} has a dense_shape other than the variable shape. "
+                                       "Received: grad.dense_shape=", grad.dense_shape]))
     return checks
 
 

@@ -87,6 +87,34 @@ def test_sparse_gradient_with_wrong_row_shape():
     np.testing.assert_array_equal(var.numpy(), np.ones((4, 2)))
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("values, indices, dense_shape, error, message", [
+    ([[1.0, 1.0]] * 3, [0, 1], [4, 2], (ValueError, tf.errors.InvalidArgumentError), r"(has 3 rows of values for 2 indices|one index per row of values). Received: "),
+    ([[1.0, 1.0]] * 2, [[0], [1]], [4, 2], ValueError, r"must have indices of rank 1.*Received: grad.indices="),
+    ([[1.0, 1.0]] * 2, [0.0, 1.0], [4, 2], TypeError, r"must have int32 or int64 indices. Received: grad.indices="),
+    ([[1.0, 1.0]] * 2, [0, 1], [99, 7], (ValueError, tf.errors.InvalidArgumentError),
+     r"dense_shape other than the variable shape. Received: grad.dense_shape="),
+], ids=["rows_not_indices", "indices_rank_2", "float_indices", "dense_shape"])
+def test_a_malformed_sparse_gradient_is_refused_by_name_before_any_write(values, indices, dense_shape, error, message,
+                                                                       mode):
+    var = tf.Variable(np.ones((4, 2), np.float32), name="table")
+    opt = Adam(0.1)
+    opt.apply_gradients([(tf.IndexedSlices(tf.ones((1, 2)), tf.constant([3]), tf.constant([4, 2])), var)])
+    before = _state(opt, var)
+    parts = [tf.constant(values), tf.constant(indices), tf.constant(dense_shape)]
+
+    def step(*parts):
+        opt.apply_gradients([(tf.IndexedSlices(*parts), var)])
+
+    if mode == "function":  # shapes unknown until the step runs: refused by the step's assertions
+        step = tf.function(step, input_signature=[tf.TensorSpec([None] * len(p.shape), p.dtype) for p in parts])
+    with pytest.raises(error, match=r"sparse gradient of variable \\?'table:0\\?' \(shape \(4, 2\)\)[\s\S]*" + message):
+        step(*parts)
+    after = _state(opt, var)
+    assert before[0] == after[0] and before[2] == after[2]
+    np.testing.assert_array_equal(before[1], after[1])
+
+
 def test_integer_variable_is_refused():
     var = tf.Variable([1, 2])
     opt = SGD()

@@ -26,6 +26,16 @@ def _bad_index(grads, variables, row=None):
     return out
 
 
+def _sparse(change):
+    """The embedding's sparse gradient remade by ``change(values, indices, dense_shape, var)``."""
+
+    def bad(grads, variables):
+        return [tf.IndexedSlices(*change(g.values, g.indices, g.dense_shape, v)) if isinstance(g, tf.IndexedSlices)
+                else g for g, v in zip(grads, variables)]
+
+    return bad
+
+
 def _bad_dtype(grads, variables):
     return [tf.cast(tf.convert_to_tensor(g), tf.float64) if "dense" in v.name and "kernel" in v.name else g
             for g, v in zip(grads, variables)]
@@ -70,6 +80,12 @@ def _assigned_hyperparameter(value):
 FAULTS = {
     "sparse_index_out_of_range": (_bad_index, None, (ValueError, tf.errors.InvalidArgumentError)),
     "sparse_index_negative": (lambda g, v: _bad_index(g, v, row=-1), None, (ValueError, tf.errors.InvalidArgumentError)),
+    "sparse_values_rows_not_indices": (_sparse(lambda v, i, s, var: (tf.concat([v, v[:1]], 0), i, s)), None,
+                                       (ValueError, tf.errors.InvalidArgumentError)),
+    "sparse_indices_rank_2": (_sparse(lambda v, i, s, var: (v, i[:, None], s)), None, ValueError),
+    "sparse_indices_float": (_sparse(lambda v, i, s, var: (v, tf.cast(i, tf.float32), s)), None, TypeError),
+    "sparse_dense_shape_not_variable": (_sparse(lambda v, i, s, var: (v, i, s + [93, 5])), None,
+                                        (ValueError, tf.errors.InvalidArgumentError)),
     "gradient_dtype": (_bad_dtype, None, TypeError),
     "gradient_shape": (_bad_shape, None, ValueError),
     "nan_hyperparameter": (None, _callable_hyperparameter(float("nan")), (ValueError, tf.errors.InvalidArgumentError)),

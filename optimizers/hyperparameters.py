@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from numbers import Real
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from optimizers.keras_compat import LearningRateSchedule
+from optimizers.keras_compat import LearningRateSchedule, keras
 
-__all__ = ["Hyperparameters", "assertion", "check_bool", "check_number", "checked_value", "evaluate", "is_dynamic",
-           "option_change_error"]
+__all__ = ["Hyperparameters", "assertion", "check_bool", "check_constant", "check_epsilon", "check_number",
+           "checked_value", "constructor_epsilon", "evaluate", "is_dynamic", "option_change_error"]
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -56,6 +57,30 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
         if too_low or too_high:
             raise ValueError(f"`{name}` must be in {_interval(low, high, low_inclusive, high_inclusive)}{note}. "
                              f"Received: {name}={value!r}")
+
+
+def check_constant(name: str, value: Any, **bounds: Any) -> None:
+    """A Python number (converted to each variable's dtype at the step), in range (``bounds`` as
+    :func:`check_number`'s)."""
+    if tf.is_tensor(value) or callable(value):
+        raise TypeError(f"`{name}` must be a Python float. Received: {name}={value!r}")
+    check_number(name, value, **bounds)
+
+
+def check_epsilon(value: Any) -> None:
+    """An ``epsilon`` (the fuzz factor of a denominator): a Python number ``> 0``. Zero would divide
+    zero by zero where an element's gradient and moments are zero."""
+    check_constant("epsilon", value, low=0.0, low_inclusive=False)
+
+
+def constructor_epsilon(value: Any) -> float:
+    """A constructor's ``epsilon`` as Keras 2's and TensorFlow Addons' constructors read it: ``0``
+    or ``None`` is ``keras.backend.epsilon()`` (``1e-7`` unless set); any other value is checked by
+    :func:`check_epsilon`, and so is a value assigned later."""
+    if value is None or (isinstance(value, Real) and not isinstance(value, bool) and value == 0):
+        value = keras.backend.epsilon()
+    check_epsilon(value)
+    return value
 
 
 def check_bool(name: str, value: Any) -> None:

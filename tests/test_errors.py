@@ -31,7 +31,7 @@ CONSTRUCTOR_CASES = [
      rf"used in: {float(np.float32(0.999999999))}\). Received: beta_1=0.999999999"),
     (dict(learning_rate=1e39), ValueError, r"`learning_rate` must be a finite number \(as a float32, the precision "
      rf"it is used in: {float(np.float32(np.float64(1e39)))}\). Received: learning_rate=1e\+39"),
-    (dict(epsilon=-1e-7), ValueError, r"`epsilon` must be in \[0.0, inf\]. Received: epsilon=-1e-07"),
+    (dict(epsilon=-1e-7), ValueError, r"`epsilon` must be in \(0.0, inf\]. Received: epsilon=-1e-07"),
     (dict(clipnorm=-1.0), ValueError, r"`clipnorm` must be in \[0.0, inf\]. Received: clipnorm=-1.0"),
     (dict(clipvalue="big"), TypeError, r"Received: clipvalue='big'"),
     (dict(global_clipnorm=math.nan), ValueError, r"`global_clipnorm` must be a finite number"),
@@ -176,6 +176,42 @@ def test_an_option_set_to_its_value_after_the_first_step_is_taken_and_a_new_valu
     assert getattr(opt, name) == current
     with pytest.raises(ValueError, match=rf"`{name}` cannot change"):
         setattr(opt, name, np.array([current]))  # compared safely: an array is not the option's value
+
+
+EPSILON_RULES = {"Adam": dict(), "AdamW": dict(weight_decay=0.01), "LazyAdam": dict(), "LAMB": dict(),
+                 "RectifiedAdam": dict(), "AdaBelief": dict(), "NovoGrad": dict(),
+                 "ConditionalGradient": dict(learning_rate=0.1)}
+
+
+@pytest.mark.parametrize("name", sorted(EPSILON_RULES))
+def test_a_zero_epsilon_is_keras_epsilon_and_assigning_zero_is_refused(name):
+    """Keras 2's and TFA's constructors read ``epsilon=0`` as ``keras.backend.epsilon()``: with a
+    zero epsilon a gradient element that is zero, with its moments, would step by 0 / 0."""
+    cls, kwargs = getattr(optimizers, name), EPSILON_RULES[name]
+    zero, default = cls(epsilon=0.0, **kwargs), cls(epsilon=optimizers.keras.backend.epsilon(), **kwargs)
+    assert zero.get_config() == default.get_config()
+    grad = tf.constant([[0.0, 0.5], [0.0, -0.25]])  # a column of zeros
+    weights = []
+    for opt in (zero, default):
+        var = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+        for _ in range(2):
+            opt.apply_gradients([(grad, var)])
+        weights.append(var.numpy())
+    assert np.isfinite(weights[0]).all()
+    np.testing.assert_array_equal(weights[0], weights[1])
+    with pytest.raises(ValueError, match=r"`epsilon` must be in \(0.0, inf\]. Received: epsilon=0"):
+        cls(**kwargs).epsilon = 0
+
+
+def test_adam_with_a_zero_epsilon_steps_as_keras_2s():
+    grad = tf.constant([[0.0, 0.5], [0.0, -0.25]])
+    weights = []
+    for opt in (Adam(0.1, epsilon=0), optimizers.keras.optimizers.legacy.Adam(0.1, epsilon=0)):
+        var = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+        for _ in range(3):
+            opt.apply_gradients([(grad, var)])
+        weights.append(var.numpy())
+    np.testing.assert_array_equal(weights[0], weights[1])
 
 
 @pytest.mark.default_stack_only

@@ -50,7 +50,8 @@ class AdaBelief(CustomOptimizerV2):
         learning_rate: :math:`\eta`: float, tensor, callable or schedule. Defaults to ``0.001``.
         beta_1: The first moment's decay, in ``[0, 1)``. Defaults to ``0.9``.
         beta_2: The second moment's decay, in ``[0, 1)``. Defaults to ``0.999``.
-        epsilon: :math:`\epsilon > 0`. Defaults to ``1e-14``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means
+            ``keras.backend.epsilon()``, as in Keras 2 and TFA). Defaults to ``1e-14``.
         weight_decay: :math:`\lambda \ge 0` (float, tensor, callable or schedule). Defaults to ``0.0``.
         amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.
         rectify: Rectify as RAdam (Liu et al., arXiv:1908.03265). Defaults to ``True``.

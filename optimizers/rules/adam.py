@@ -8,18 +8,11 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import kernels
-from optimizers.hyperparameters import check_bool, check_number
+from optimizers.hyperparameters import check_bool, check_epsilon, constructor_epsilon
 from optimizers.rule import kernel_if_unchanged, library_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["Adam"]
-
-
-def check_epsilon(value: Any) -> None:
-    if tf.is_tensor(value):
-        raise TypeError(f"`epsilon` must be a Python float (it is converted to each variable's dtype). "
-                        f"Received: epsilon={value!r}")
-    check_number("epsilon", value, low=0.0)
 
 
 class Adam(CustomOptimizerV2):
@@ -52,7 +45,8 @@ class Adam(CustomOptimizerV2):
             Defaults to ``0.001``.
         beta_1: Decay of the first moment, in ``[0, 1)``. Defaults to ``0.9``.
         beta_2: Decay of the second moment, in ``[0, 1)``. Defaults to ``0.999``.
-        epsilon: :math:`\epsilon`, a float ``>= 0``. Defaults to ``1e-7``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means ``keras.backend.epsilon()``,
+            as in Keras 2). Defaults to ``1e-7``.
         amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.
         name: Defaults to ``"Adam"``.
         lazy: Keyword only. Sparse steps update only the touched rows' moments.
@@ -74,7 +68,7 @@ class Adam(CustomOptimizerV2):
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  amsgrad: bool = False, name: str = "Adam", *, lazy: bool = False, **kwargs: Any) -> None:
-        check_epsilon(epsilon)
+        epsilon = constructor_epsilon(epsilon)
         check_bool("amsgrad", amsgrad)
         check_bool("lazy", lazy)
         super().__init__(name, **kwargs)

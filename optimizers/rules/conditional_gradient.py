@@ -10,9 +10,8 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.compiled import alone, signature
-from optimizers.keras_compat import keras
+from optimizers.hyperparameters import check_epsilon, constructor_epsilon
 from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
-from optimizers.rules.lamb import check_constant
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["ConditionalGradient"]
@@ -81,8 +80,8 @@ class ConditionalGradient(CustomOptimizerV2):
         learning_rate: :math:`\eta` in ``[0, 1]``: float, tensor, callable or schedule. Required.
         lambda_: :math:`\lambda`, the radius of the ball, ``>= 0``: float,
             tensor, callable or schedule. Defaults to ``0.01``.
-        epsilon: :math:`\epsilon`, a float ``>= 0`` (``0`` means Keras's
-            ``backend.epsilon()``, as in TFA). Defaults to ``1e-7``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means
+            ``keras.backend.epsilon()``, as in Keras 2 and TFA). Defaults to ``1e-7``.
         ord: ``"fro"`` or ``"nuclear"``. Defaults to ``"fro"``.
         name: Defaults to ``"ConditionalGradient"``.
         **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``decay``,
@@ -104,13 +103,12 @@ class ConditionalGradient(CustomOptimizerV2):
 
     def __init__(self, learning_rate: Any, lambda_: Any = 0.01, epsilon: float = 1e-7, ord: str = "fro",
                  name: str = "ConditionalGradient", **kwargs: Any) -> None:
-        check_constant("epsilon", epsilon, low=0.0)
+        epsilon = constructor_epsilon(epsilon)
         check_ord(ord)
         super().__init__(name, **kwargs)
         self.add_hyperparameter("learning_rate", learning_rate, low=0.0, high=1.0)
         self.add_hyperparameter("lambda_", lambda_, low=0.0)
-        self.add_option("epsilon", epsilon or keras.backend.epsilon(),
-                        functools.partial(check_constant, "epsilon", low=0.0))
+        self.add_option("epsilon", epsilon, check_epsilon)
         self.add_option("ord", ord, check_ord)
 
     @property

@@ -10,19 +10,12 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.compiled import alone, signature
-from optimizers.hyperparameters import check_number
+from optimizers.hyperparameters import check_epsilon, check_number, constructor_epsilon
 from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
 from optimizers.template import CustomOptimizerV2
 from optimizers.weight_decay import VariableMask, check_patterns
 
 __all__ = ["LAMB"]
-
-
-def check_constant(name: str, value: Any, **bounds: Any) -> None:
-    """A Python number (converted to each variable's dtype at the step), in range."""
-    if tf.is_tensor(value) or callable(value):
-        raise TypeError(f"`{name}` must be a Python float. Received: {name}={value!r}")
-    check_number(name, value, **bounds)
 
 
 _plain_squares = functools.partial(sum_of_squares, compiled=False)
@@ -59,7 +52,8 @@ class LAMB(CustomOptimizerV2):
             Defaults to ``0.001``.
         beta_1: Decay of the first moment, in ``[0, 1)``. Defaults to ``0.9``.
         beta_2: Decay of the second moment, in ``[0, 1)``. Defaults to ``0.999``.
-        epsilon: :math:`\epsilon`, a float ``>= 0``. Defaults to ``1e-6``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means
+            ``keras.backend.epsilon()``, as in Keras 2 and TFA). Defaults to ``1e-6``.
         weight_decay: :math:`\lambda`: float, tensor, callable or schedule,
             ``>= 0``. Defaults to ``0.0``. TFA's old name ``weight_decay_rate``
             is accepted with a ``DeprecationWarning``.
@@ -96,7 +90,7 @@ class LAMB(CustomOptimizerV2):
             warnings.warn("`weight_decay_rate` is deprecated (TFA renamed it), use `weight_decay` instead.",
                           DeprecationWarning, stacklevel=2)
             weight_decay = kwargs.pop("weight_decay_rate")
-        check_constant("epsilon", epsilon, low=0.0)
+        epsilon = constructor_epsilon(epsilon)
         check_number("weight_decay", weight_decay, low=0.0)  # None too: LAMB always has a decay
         check_patterns("exclude_from_weight_decay", exclude_from_weight_decay)
         check_patterns("exclude_from_layer_adaptation", exclude_from_layer_adaptation)
@@ -105,7 +99,7 @@ class LAMB(CustomOptimizerV2):
         self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
         self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
         self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
-        self.add_option("epsilon", epsilon, functools.partial(check_constant, "epsilon", low=0.0))
+        self.add_option("epsilon", epsilon, check_epsilon)
         self.add_option("exclude_from_layer_adaptation", exclude_from_layer_adaptation or exclude_from_weight_decay,
                         functools.partial(check_patterns, "exclude_from_layer_adaptation"))
 

@@ -41,7 +41,8 @@ class LazyAdam(Adam):
             Defaults to ``0.001``.
         beta_1: Decay of the first moment, in ``[0, 1)``. Defaults to ``0.9``.
         beta_2: Decay of the second moment, in ``[0, 1)``. Defaults to ``0.999``.
-        epsilon: :math:`\epsilon`, a float ``>= 0``. Defaults to ``1e-7``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means ``keras.backend.epsilon()``,
+            as in Keras 2). Defaults to ``1e-7``.
         amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.
         name: Defaults to ``"LazyAdam"``.
         **kwargs: ``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``decay``,

@@ -10,10 +10,8 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.compiled import alone, signature
-from optimizers.hyperparameters import check_bool, check_number
-from optimizers.keras_compat import keras
+from optimizers.hyperparameters import check_bool, check_epsilon, check_number, constructor_epsilon
 from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
-from optimizers.rules.lamb import check_constant
 from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
 
@@ -62,8 +60,8 @@ class NovoGrad(CustomOptimizerV2):
             Defaults to ``0.001``.
         beta_1: Momentum of :math:`m`, in ``[0, 1)``. Defaults to ``0.9``.
         beta_2: Decay of :math:`v`, in ``[0, 1)``. Defaults to ``0.999``.
-        epsilon: :math:`\epsilon`, a float ``>= 0`` (``0`` means Keras's
-            ``backend.epsilon()``, as in TFA). Defaults to ``1e-7``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means
+            ``keras.backend.epsilon()``, as in Keras 2 and TFA). Defaults to ``1e-7``.
         weight_decay: :math:`\lambda`: float, tensor, callable or schedule,
             ``>= 0``. Defaults to ``0.0``.
         grad_averaging: Scale :math:`d` by :math:`1-\beta_1` after the first
@@ -92,15 +90,14 @@ class NovoGrad(CustomOptimizerV2):
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  weight_decay: Any = 0.0, grad_averaging: bool = False, amsgrad: bool = False,
                  name: str = "NovoGrad", **kwargs: Any) -> None:
-        check_constant("epsilon", epsilon, low=0.0)
+        epsilon = constructor_epsilon(epsilon)
         check_number("weight_decay", weight_decay, low=0.0)
         grad_averaging, amsgrad = _as_bool("grad_averaging", grad_averaging), _as_bool("amsgrad", amsgrad)
         super().__init__(name, weight_decay=weight_decay, **kwargs)
         self.add_hyperparameter("learning_rate", learning_rate, low=0.0)
         self.add_hyperparameter("beta_1", beta_1, low=0.0, high=1.0, high_inclusive=False)
         self.add_hyperparameter("beta_2", beta_2, low=0.0, high=1.0, high_inclusive=False)
-        self.add_option("epsilon", epsilon or keras.backend.epsilon(),
-                        functools.partial(check_constant, "epsilon", low=0.0))
+        self.add_option("epsilon", epsilon, check_epsilon)
         self.add_option("grad_averaging", grad_averaging, functools.partial(check_bool, "grad_averaging"))
         self.add_option("amsgrad", amsgrad, functools.partial(check_bool, "amsgrad"))
 

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from optimizers.hyperparameters import check_constant
 from optimizers.rule import library_kernel
-from optimizers.rules.lamb import check_constant
 from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
 

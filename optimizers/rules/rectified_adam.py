@@ -8,19 +8,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_bool, check_number
+from optimizers.hyperparameters import check_bool, check_epsilon, check_number, constructor_epsilon
 from optimizers.keras_compat import keras
 from optimizers.rule import library_kernel
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["RectifiedAdam"]
-
-
-def check_epsilon(value: Any) -> None:
-    """A Python number > 0 (TFA silently turns 0 into 1e-7), converted to each variable's dtype."""
-    if tf.is_tensor(value):
-        raise TypeError(f"`epsilon` must be a Python float. Received: epsilon={value!r}")
-    check_number("epsilon", value, low=0.0, low_inclusive=False)
 
 
 def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rate: Any, beta_1: Any, beta_2: Any,
@@ -29,7 +22,7 @@ def init_rectified(opt: CustomOptimizerV2, name: str, kwargs: dict, learning_rat
     """The arguments RectifiedAdam and AdaBelief share, checked and stored (TFA's names)."""
     learning_rate, weight_decay = (keras.optimizers.schedules.deserialize(v) if isinstance(v, dict) else v
                                    for v in (learning_rate, weight_decay))
-    check_epsilon(epsilon)
+    epsilon = constructor_epsilon(epsilon)
     check_number("weight_decay", weight_decay, low=0.0)
     try:
         check_number("sma_threshold", sma_threshold, low=4.0)
@@ -128,7 +121,8 @@ class RectifiedAdam(CustomOptimizerV2):
         learning_rate: :math:`\eta`: float, tensor, callable or schedule. Defaults to ``0.001``.
         beta_1: The first moment's decay, in ``[0, 1)``. Defaults to ``0.9``.
         beta_2: The second moment's decay, in ``[0, 1)``. Defaults to ``0.999``.
-        epsilon: :math:`\epsilon > 0`. Defaults to ``1e-7``.
+        epsilon: :math:`\epsilon`, a float ``> 0`` (``0`` or ``None`` means
+            ``keras.backend.epsilon()``, as in Keras 2 and TFA). Defaults to ``1e-7``.
         weight_decay: :math:`\lambda \ge 0` (float, tensor, callable or schedule). Defaults to ``0.0``.
         amsgrad: Use AMSGrad (Reddi et al., arXiv:1904.09237). Defaults to ``False``.
         sma_threshold: :math:`\rho_\text{thr} \ge 4`. Defaults to ``5.0``.

@@ -223,11 +223,14 @@ def test_sma_threshold_below_4_turns_tfa_nan_and_is_refused_here(kind):
         OURS[kind](**kwargs)
 
 
-@pytest.mark.parametrize("kind", ["AdaBelief", "RectifiedAdam"])
-def test_epsilon_zero_tfa_silently_uses_1e7_and_is_refused_here(kind):
-    assert getattr(tfa.optimizers, kind)(epsilon=0.0).get_config()["epsilon"] == pytest.approx(1e-7)
-    with pytest.raises(ValueError, match=r"epsilon=0\.0"):
-        OURS[kind](epsilon=0.0)
+@pytest.mark.parametrize("kind", ["LazyAdam", "AdaBelief", "RectifiedAdam"])
+def test_epsilon_zero_is_keras_epsilon_as_in_tfa(kind):
+    # TFA's constructors read 0 as keras.backend.epsilon(): the same config and bits here.
+    theirs, ours = getattr(tfa.optimizers, kind)(epsilon=0.0), OURS[kind](epsilon=0.0)
+    assert ours.get_config()["epsilon"] == theirs.get_config()["epsilon"] == tf.keras.backend.epsilon()
+    # A row of zeros in each gradient: 0 / 0 there with a zero epsilon.
+    grads = [(tf.concat([tf.zeros_like(g[:1]), g[1:]], 0), b) for g, b in gradients(False, tf.float32)]
+    _assert_states(_states(ours, grads, tf.float32, "eager"), _states(theirs, grads, tf.float32, "eager"), exact=True)
 
 
 def test_yogi_weights_are_ordered_as_tfa_variable_by_variable():

@@ -46,7 +46,9 @@ CASES = {
     "lamb_split": ("LAMB", dict(learning_rate=0.05, beta_1=0.5, weight_decay=0.1, exclude_from_weight_decay=["bias"],
                                 exclude_from_layer_adaptation=["kernel"]), None),
     "lamb_defaults": ("LAMB", dict(learning_rate=0.1), None),
-    "lamb_epsilon_zero": ("LAMB", dict(learning_rate=0.1, epsilon=0.0, weight_decay=0.01), None),
+    # 0 is read as keras.backend.epsilon(), as TFA meant to (its LAMB raises on 0) and as NovoGrad's and ConditionalGradient's
+    "lamb_epsilon_zero": ("LAMB", dict(learning_rate=0.1, epsilon=0.0, weight_decay=0.01),
+                          dict(learning_rate=0.1, epsilon=1e-7, weight_decay=0.01)),
     "novograd_decay": ("NovoGrad", dict(learning_rate=0.1, beta_1=0.8, beta_2=0.95, weight_decay=0.05), None),
     "novograd_averaging_amsgrad": ("NovoGrad", dict(learning_rate=0.1, beta_1=0.8, beta_2=0.5, epsilon=1e-3,
                                                     weight_decay=0.05, grad_averaging=True, amsgrad=True,
@@ -123,8 +125,7 @@ def assert_trajectories(ours, expected, dtype, what, exact=False):
             np.testing.assert_allclose(b, eb, err_msg=f"bias vs {what}, step {step}", **TOLERANCE[dtype])
 
 
-# With epsilon=0, a row no sparse gradient has touched divides 0 by 0 (in TFA's rule too): dense only.
-CASE_SPARSE = [(c, sparse) for c in sorted(CASES) for sparse in (False, True) if not (sparse and "epsilon_zero" in c)]
+CASE_SPARSE = [(c, sparse) for c in sorted(CASES) for sparse in (False, True)]
 
 
 @pytest.mark.parametrize("dtype,run", DTYPE_RUNS, ids=[f"{d.name}-{r}" for d, r in DTYPE_RUNS])
@@ -239,9 +240,9 @@ def test_lamb_tfa_argument_conventions():
     assert LAMB(exclude_from_weight_decay=["bias"]).get_config()["exclude_from_layer_adaptation"] == ["bias"]
     assert LAMB(exclude_from_weight_decay=["bias"], exclude_from_layer_adaptation=["norm"]).get_config()[
         "exclude_from_layer_adaptation"] == ["norm"]
-    # epsilon=0 is used as given (TFA's LAMB raises on it; NovoGrad and ConditionalGradient take 1e-7, as TFA's).
-    assert LAMB(epsilon=0.0).epsilon == 0.0
-    assert NovoGrad(epsilon=0.0).epsilon == ConditionalGradient(0.5, epsilon=0.0).epsilon == keras.backend.epsilon()
+    # epsilon=0 is keras.backend.epsilon() (TFA's NovoGrad and ConditionalGradient; its LAMB meant to, and raises).
+    assert LAMB(epsilon=0.0).epsilon == NovoGrad(epsilon=0.0).epsilon == keras.backend.epsilon()
+    assert ConditionalGradient(0.5, epsilon=0.0).epsilon == keras.backend.epsilon()
     # TFA's old argument name still works, with a warning.
     with pytest.warns(DeprecationWarning, match="weight_decay_rate"):
         old = LAMB(weight_decay_rate=0.25)

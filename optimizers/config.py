@@ -57,10 +57,20 @@ def attribute_value(obj: Any, pname: str) -> Any:
             f"with add_hyperparameter() or store it as self.{pname}") from None
 
 
+class UnsavableError(ValueError):
+    """Raised by ``get_config()`` of what a config can hold in memory but no file can name (a
+    schedule's unregistered function): Keras calls it for each object it writes to a file."""
+
+
 def serialize_hyperparameter(value: Any) -> Any:
-    """A hyperparameter as a config value: schedules serialized, callables and tensors evaluated."""
+    """A hyperparameter as a config value: schedules serialized, callables and tensors evaluated.
+    A schedule whose config holds what no file can name keeps its config as it is, for in-memory
+    copies (``from_config(get_config())``); writing it to a file raises :class:`UnsavableError`."""
     if isinstance(value, LearningRateSchedule):
-        return keras.optimizers.schedules.serialize(value)
+        try:
+            return keras.optimizers.schedules.serialize(value)
+        except UnsavableError:
+            return {"class_name": keras.utils.get_registered_name(type(value)), "config": value.get_config()}
     if callable(value) and not tf.is_tensor(value):
         value = value()
     if tf.is_tensor(value):

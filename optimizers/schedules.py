@@ -25,7 +25,7 @@ from optimizers import config as config_lib
 from optimizers.keras_compat import LearningRateSchedule, keras
 
 __all__ = ["CyclicalLearningRate", "TriangularCyclicalLearningRate", "Triangular2CyclicalLearningRate",
-           "ExponentialCyclicalLearningRate"]
+           "ExponentialCyclicalLearningRate", "UnsavedFunction"]
 
 SCALE_MODES = ("cycle", "iterations")
 
@@ -63,9 +63,43 @@ def _in_dtype(value: Any, dtype: tf.DType) -> tf.Tensor:
     return tf.cast(value, dtype) if tf.is_tensor(value) else tf.constant(value, dtype)
 
 
+def _unsaved_message(scale_fn: Callable) -> str:
+    return ("A CyclicalLearningRate's `scale_fn` cannot be written to a file: only a registered function (or a "
+            "registered callable object with get_config) can be named in a config. Define it at module level and "
+            "decorate it with @keras.utils.register_keras_serializable(package='...'), or use "
+            "TriangularCyclicalLearningRate, Triangular2CyclicalLearningRate or ExponentialCyclicalLearningRate. "
+            f"Received: scale_fn={scale_fn!r}")
+
+
+class UnsavedFunction:
+    """A ``scale_fn`` that no config can name (a lambda, an unregistered function) as
+    ``get_config()`` gives it: it calls the function, so that ``from_config(get_config())`` in
+    memory (copying a schedule or an optimizer) rebuilds it with the same function, as TensorFlow
+    Addons' configs held the function itself. Written to a file (Keras asks each object it writes
+    for its ``get_config()``), it raises a ``ValueError`` that says how to make it savable."""
+
+    def __init__(self, function: Callable) -> None:
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, UnsavedFunction) and other.function is self.function
+
+    def __hash__(self) -> int:
+        return hash(self.function)
+
+    def __repr__(self) -> str:
+        return f"UnsavedFunction({self.function!r})"
+
+    def get_config(self) -> dict[str, Any]:
+        raise config_lib.UnsavableError(_unsaved_message(self.function))
+
+
 def _serialize_scale_fn(scale_fn: Callable) -> Any:
     """A registered function as its registered name; a registered object with ``get_config`` as
-    ``{"class_name", "config"}``; anything else cannot be saved (a clear error)."""
+    ``{"class_name", "config"}``; anything else as an :class:`UnsavedFunction`."""
     if inspect.isfunction(scale_fn) or inspect.isbuiltin(scale_fn):
         name = keras.utils.get_registered_name(scale_fn)
         if keras.utils.get_registered_object(name) is scale_fn:
@@ -74,15 +108,13 @@ def _serialize_scale_fn(scale_fn: Callable) -> Any:
         name = keras.utils.get_registered_name(type(scale_fn))
         if keras.utils.get_registered_object(name) is type(scale_fn):
             return {"class_name": name, "config": scale_fn.get_config()}
-    raise ValueError(
-        "CyclicalLearningRate.get_config() cannot save `scale_fn`: only a registered function (or a registered "
-        "callable object with get_config) can be named in a config. Define it at module level and decorate it "
-        "with @keras.utils.register_keras_serializable(package='...'), or use TriangularCyclicalLearningRate, "
-        f"Triangular2CyclicalLearningRate or ExponentialCyclicalLearningRate. Received: scale_fn={scale_fn!r}")
+    return UnsavedFunction(scale_fn)
 
 
 def _deserialize_scale_fn(value: Any) -> Callable:
     """Inverse of :func:`_serialize_scale_fn` (a callable is returned as it is)."""
+    if isinstance(value, UnsavedFunction):
+        return value.function
     if callable(value):
         return value
     found = None
@@ -128,9 +160,12 @@ class CyclicalLearningRate(LearningRateSchedule):
     ``@keras.utils.register_keras_serializable(package=...)`` (or a
     registered callable object with ``get_config``) round-trips through
     configs, ``.h5`` and ``.keras`` files. A lambda or an unregistered
-    function cannot be named in a file: ``get_config()`` raises a
-    ``ValueError`` naming ``scale_fn`` (TFA wrote the function object, which
-    no file could load back). The three subclasses need no ``scale_fn``.
+    function cannot be named in a file: ``get_config()`` holds it as an
+    :class:`UnsavedFunction`, which ``from_config`` takes back (in-memory
+    copies work, as with TFA's configs, which held the function), and saving
+    the config to a file raises a ``ValueError`` naming ``scale_fn`` (TFA
+    wrote the function's name, which no file could load back without
+    ``custom_objects``). The three subclasses need no ``scale_fn``.
 
     Args:
         initial_learning_rate: :math:`\eta_0`, a finite number ``>= 0`` or a

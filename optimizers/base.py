@@ -3,8 +3,8 @@
 Both :class:`~optimizers.CustomOptimizerV2` and
 :class:`~optimizers.OptimizerWrapper` derive from :class:`OptimizerBase`,
 which registers every subclass, checks the ``(gradient, variable)`` pairs it
-is given, keeps slots indexed for the ``.keras``/SavedModel state
-(``optimizers/saving.py``), and reads ``get_config`` from the constructor.
+is given, keeps its state in every format (:class:`optimizers.saving.SavesState`),
+and reads ``get_config`` from the constructor.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from optimizers.keras_compat import (
     KERAS3_HINT,
     OptimizerV2,
     install_loss_scale_hook,
-    install_saving_hooks,
     is_keras3_object,
-    is_loss_scale_optimizer,
 )
 from optimizers.updaters import undo_unscaling
 
@@ -170,8 +168,8 @@ def after_checks(grads_and_vars: list, checks: list) -> list:
     return out
 
 
-class OptimizerBase(OptimizerV2):
-    """Registration, slot index and state saving, config from the signature."""
+class OptimizerBase(saving.SavesState, OptimizerV2):
+    """Registration, state saving, config from the signature."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register every subclass, so ``load_model`` needs no ``custom_objects``. Its constructor
@@ -186,21 +184,6 @@ class OptimizerBase(OptimizerV2):
                             f"__init__{inspect.signature(cls.__init__)}")
         config_lib.register(cls)
 
-    def add_slot(self, var: tf.Variable, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:
-        """OptimizerV2's ``add_slot``; a slot loaded from ``.keras`` or a SavedModel
-        starts from its loaded value (see ``optimizers/saving.py``)."""
-        loaded = saving.initial_slot_value(self, var, slot_name)
-        if loaded is not None:
-            expected = tf.TensorShape(var.shape if shape is None else shape)
-            if not expected.is_compatible_with(np.shape(loaded)):
-                raise ValueError(f"The loaded slot {slot_name!r} of variable {var.name!r} has shape "
-                                 f"{list(np.shape(loaded))}, the variable needs {expected.as_list()}: the file does "
-                                 f"not belong to this model. Received: a slot of shape {list(np.shape(loaded))}")
-            initializer = lambda shape, dtype: tf.constant(loaded, dtype)  # noqa: E731
-        slot = super().add_slot(var, slot_name, initializer, shape)
-        saving.slot_index(self)[(saving.saved_name(self, var), slot_name)] = (var, slot)
-        return slot
-
     @tf.autograph.experimental.do_not_convert  # plain Python: no per-variable conversion cost
     def minimize(self, loss: Any, var_list: Any, grad_loss: Any = None, name: str | None = None,
                  decay_var_list: Any = None, tape: tf.GradientTape | None = None) -> Any:
@@ -210,14 +193,6 @@ class OptimizerBase(OptimizerV2):
         grads_and_vars = self._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
         kwargs = {} if decay_var_list is None else {"decay_var_list": decay_var_list}
         return self.apply_gradients(grads_and_vars, name=name, **kwargs)
-
-    def save_own_variables(self, store: Any) -> None:
-        """Write ``iterations``, hyperparameters and slots (``.keras`` format)."""
-        saving.save_own_variables(self, store)
-
-    def load_own_variables(self, store: Any) -> None:
-        """Read what :meth:`save_own_variables` wrote; slots are filled when created."""
-        saving.load_own_variables(self, store)
 
     def get_config(self) -> dict[str, Any]:
         """Config built from the constructor's signature; no override needed."""
@@ -232,11 +207,4 @@ class OptimizerBase(OptimizerV2):
         return f"<{type(self).__module__}.{type(self).__name__} name={self._name!r}: {KERAS2_OPTIMIZER}>"
 
 
-def _keeps_state(obj: Any) -> bool:
-    """Our optimizers, and a ``LossScaleOptimizer`` around one (its inner optimizer is saved)."""
-    return isinstance(obj, OptimizerBase) or (is_loss_scale_optimizer(obj)
-                                              and _keeps_state(obj.inner_optimizer))
-
-
-install_saving_hooks(_keeps_state, saving.record_restored_slot)
 install_loss_scale_hook(undo_unscaling)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import json
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -68,17 +69,62 @@ from optimizers.keras_compat import (
     hyper_dict,
     install_loss_scale_saving,
     install_restored_optimizer_link,
+    install_saving_hooks,
     is_loss_scale_optimizer,
     loss_scale_variables,
     restored_child,
     variable_key,
 )
 
-__all__ = ["save_own_variables", "load_own_variables", "initial_slot_value", "has_loaded_slot", "record_restored_slot",
-           "restore_inner_slots", "saved_name", "slot_index", "link_restored_optimizer"]
+__all__ = ["SavesState", "keeps_state", "save_own_variables", "load_own_variables", "initial_slot_value",
+           "has_loaded_slot", "record_restored_slot", "restore_inner_slots", "saved_name", "slot_index",
+           "link_restored_optimizer"]
 
 _NAMES = "names"  # JSON list of entries, stored as bytes; values are stored under "0", "1", ...
-_RESTORED_ATTR = "_custom_optimizer_v2_restored_slots"
+# The slots the SavedModel loader restored, per model variable (its variable_key): held beside the
+# variables, never on them, and dropped when the variable is.
+_RESTORED: dict[Any, dict] = {}
+
+
+class SavesState:
+    """The part of an optimizer of this library that keeps its state in every format: slots
+    created from their loaded values, and the ``.keras`` store (``save_own_variables`` /
+    ``load_own_variables``). Mixed in before ``OptimizerV2``."""
+
+    def add_slot(self, var: tf.Variable, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:
+        """OptimizerV2's ``add_slot``; a slot loaded from ``.keras`` or a SavedModel starts from
+        its loaded value."""
+        loaded = initial_slot_value(self, var, slot_name)
+        if loaded is not None:
+            expected = tf.TensorShape(var.shape if shape is None else shape)
+            if not expected.is_compatible_with(np.shape(loaded)):
+                raise ValueError(f"The loaded slot {slot_name!r} of variable {var.name!r} has shape "
+                                 f"{list(np.shape(loaded))}, the variable needs {expected.as_list()}: the file does "
+                                 f"not belong to this model. Received: a slot of shape {list(np.shape(loaded))}")
+            initializer = lambda shape, dtype: tf.constant(loaded, dtype)  # noqa: E731
+        slot = super().add_slot(var, slot_name, initializer, shape)
+        slot_index(self)[(saved_name(self, var), slot_name)] = (var, slot)
+        return slot
+
+    def save_own_variables(self, store: Any) -> None:
+        """Write ``iterations``, hyperparameters and slots (``.keras`` format)."""
+        save_own_variables(self, store)
+
+    def load_own_variables(self, store: Any) -> None:
+        """Read what :meth:`save_own_variables` wrote; slots are filled when created."""
+        load_own_variables(self, store)
+
+
+def keeps_state(optimizer: Any) -> bool:
+    """Ours, or a ``LossScaleOptimizer`` around ours (its inner optimizer is saved)."""
+    if is_loss_scale_optimizer(optimizer):
+        return keeps_state(optimizer.inner_optimizer)
+    return isinstance(optimizer, SavesState)
+
+
+def _restored(var: tf.Variable) -> dict:
+    """The slots restored for ``var`` (see :func:`record_restored_slot`); empty where none."""
+    return _RESTORED.get(variable_key(var), {})
 
 
 def slot_index(optimizer: Any) -> dict:
@@ -210,8 +256,8 @@ def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
         value = pending.pop(("slot", saved_name(optimizer, var), slot_name), None)
         if value is not None:
             return value
-    restored = getattr(distributed_container(var), _RESTORED_ATTR, None)
-    if not restored or slot_name not in restored:
+    restored = _restored(var)
+    if slot_name not in restored:
         return None
     restored_optimizer, slot = restored.pop(slot_name)
     _take_restored_scalars(optimizer, restored_optimizer)
@@ -223,13 +269,13 @@ def has_loaded_slot(optimizer: Any, var: tf.Variable, slot_name: str) -> bool:
     slot is: :func:`initial_slot_value`)."""
     if ("slot", saved_name(optimizer, var), slot_name) in (optimizer.__dict__.get("_pending_slot_values") or {}):
         return True
-    return slot_name in (getattr(distributed_container(var), _RESTORED_ATTR, None) or {})
+    return slot_name in _restored(var)
 
 
 def restore_inner_slots(optimizer: Any, inner: Any, var: tf.Variable) -> None:
     """Write values loaded by ``optimizer`` into ``inner``'s slots of ``var``."""
     pending = optimizer.__dict__.get("_pending_slot_values") or {}
-    restored = getattr(distributed_container(var), _RESTORED_ATTR, None) or {}
+    restored = _restored(var)
     for slot_name in inner.get_slot_names():
         try:
             slot = inner.get_slot(var, slot_name)
@@ -245,26 +291,13 @@ def restore_inner_slots(optimizer: Any, inner: Any, var: tf.Variable) -> None:
 
 
 def record_restored_slot(restored_optimizer: Any, var: tf.Variable, slot_name: str, slot: tf.Variable) -> None:
-    """Remember, on ``var``, a slot the SavedModel loader restored for it."""
-    var = distributed_container(var)
-    restored = getattr(var, _RESTORED_ATTR, None)
-    if restored is None:
-        restored = {}
-        object.__setattr__(var, _RESTORED_ATTR, restored)
-    restored[slot_name] = (restored_optimizer, slot)
-
-
-def _is_ours(optimizer: Any) -> bool:
-    from optimizers.base import OptimizerBase  # that module imports this one
-
-    return isinstance(optimizer, OptimizerBase)
-
-
-def _keeps_state(optimizer: Any) -> bool:
-    """Ours, or a ``LossScaleOptimizer`` around ours."""
-    if is_loss_scale_optimizer(optimizer):
-        return _keeps_state(optimizer.inner_optimizer)
-    return _is_ours(optimizer)
+    """Remember a slot the SavedModel loader restored for ``var``, until an optimizer creates it
+    (or ``var`` is gone)."""
+    key = variable_key(var)
+    if key not in _RESTORED:
+        _RESTORED[key] = {}
+        weakref.finalize(distributed_container(var), _RESTORED.pop, key, None)
+    _RESTORED[key][slot_name] = (restored_optimizer, slot)
 
 
 def link_restored_optimizer(optimizer: Any, restored_optimizer: Any) -> None:
@@ -272,7 +305,7 @@ def link_restored_optimizer(optimizer: Any, restored_optimizer: Any) -> None:
     the hyperparameter variables and a ``LossScaleOptimizer``'s loss scale from the
     loader's ``RestoredOptimizer`` at once, whether or not it has slots; slots
     still wait for their creation (:func:`initial_slot_value`)."""
-    if not _keeps_state(optimizer):
+    if not keeps_state(optimizer):
         return
     if is_loss_scale_optimizer(optimizer):
         state = restored_child(restored_optimizer, "loss_scale")
@@ -288,11 +321,12 @@ def link_restored_optimizer(optimizer: Any, restored_optimizer: Any) -> None:
     restored_inner = restored_child(restored_optimizer, getattr(optimizer, "inner_checkpoint_name", ""))
     if inner is None or restored_inner is None:
         return
-    if _is_ours(inner):
+    if isinstance(inner, SavesState):
         link_restored_optimizer(inner, restored_inner)
     else:  # a built-in Keras optimizer: its slots are handed over by restore_inner_slots
         _take_restored_scalars(inner, restored_inner, create=True)
 
 
-install_loss_scale_saving(_keeps_state, deserialize_optimizer)
+install_saving_hooks(keeps_state, record_restored_slot)
+install_loss_scale_saving(keeps_state, deserialize_optimizer)
 install_restored_optimizer_link(link_restored_optimizer)

@@ -59,9 +59,15 @@ def _uv() -> str:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
-    """The sdist and the wheel built from this tree."""
-    out = tmp_path_factory.mktemp("dist")
-    _run([_uv(), "build", "--sdist", "--wheel", "--out-dir", str(out), ROOT])
+    """The sdist and the wheel built from a copy of this tree's files (what git has, as a clean
+    clone; a build leaves build/ and *.egg-info where it runs, which must not be the clone)."""
+    tree, out = tmp_path_factory.mktemp("tree"), tmp_path_factory.mktemp("dist")
+    files = _run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT).stdout
+    for name in filter(None, files.split("\0")):
+        if os.path.isfile(os.path.join(ROOT, name)):  # not a file deleted from the working tree
+            os.makedirs(os.path.dirname(os.path.join(tree, name)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), os.path.join(tree, name))
+    _run([_uv(), "build", "--sdist", "--wheel", "--out-dir", str(out), str(tree)])
     (sdist,), (wheel,) = glob.glob(str(out / "*.tar.gz")), glob.glob(str(out / "*.whl"))
     return sdist, wheel
 

@@ -23,6 +23,7 @@ from optimizers.keras_compat import (
     is_keras3_object,
     is_parameter_server,
     keras,
+    variable_key,
     variable_name,
 )
 from optimizers.rule import REDUCTIONS, UpdateRule
@@ -82,21 +83,23 @@ def _as_rule(optimizer: Any, where: str, from_config: bool) -> UpdateRule:
     return optimizer
 
 
-def _weight_names(layers: Any, where: str) -> list[str]:
+def _weights(layers: Any, where: str) -> list[tf.Variable]:
     layers = list(layers) if isinstance(layers, (list, tuple)) else [layers]
     for layer in layers:
         if is_keras3_object(layer) or not hasattr(layer, "weights"):
             raise TypeError(f"{where} must be a Keras 2 layer or model, or a list of them. {KERAS3_HINT} "
                             f"Received: {where}={layer!r}")
-    names = [var.name for layer in layers for var in layer.weights]
-    if not names:
+    weights = [var for layer in layers for var in layer.weights]
+    if not weights:
         raise ValueError(f"{where} has no weights yet: build the model before creating the MultiOptimizer. "
                          f"Received: {where}={layers!r}")
-    return names
+    return weights
 
 
 def _pairs(optimizers_and_layers: Any, optimizer_specs: Any) -> list[dict[str, Any]]:
-    """``[{"optimizer": rule, "weights": [names]}]`` from either argument, checked."""
+    """``[{"optimizer": rule, "weights": [names], "keys": [variable keys] or None}]`` from either
+    argument, checked: the keys of the layers' variables where layers are given (``optimizer_specs``
+    hold names only)."""
     argument, given = (("optimizers_and_layers", optimizers_and_layers) if optimizer_specs is None
                        else ("optimizer_specs", optimizer_specs))
     if not isinstance(given, (list, tuple)) or not given:
@@ -107,16 +110,17 @@ def _pairs(optimizers_and_layers: Any, optimizer_specs: Any) -> list[dict[str, A
         if argument == "optimizers_and_layers":
             if not isinstance(item, (list, tuple)) or len(item) != 2:
                 raise TypeError(f"{where} must be an (optimizer, layers) pair. Received: {where}={item!r}")
-            rule, names = _as_rule(item[0], where + "[0]", False), _weight_names(item[1], where + "[1]")
+            rule, weights = _as_rule(item[0], where + "[0]", False), _weights(item[1], where + "[1]")
+            names, keys = [var.name for var in weights], [variable_key(var) for var in weights]
         else:
             if not isinstance(item, dict) or not {"optimizer", "weights"} <= set(item):
                 raise TypeError(f"{where} must be a dict with keys 'optimizer' and 'weights'. Received: {item!r}")
-            rule, names = _as_rule(item["optimizer"], where + "['optimizer']", True), list(item["weights"])
-        for name in names:
-            if owner.setdefault(name, i) != i:
-                raise ValueError(f"Weight {name!r} is in pairs {owner[name]} and {i}: each weight takes one "
+            rule, names, keys = _as_rule(item["optimizer"], where + "['optimizer']", True), list(item["weights"]), None
+        for name, key in zip(names, keys or names):
+            if owner.setdefault(key, (i, name))[0] != i:
+                raise ValueError(f"Weight {name!r} is in pairs {owner[key][0]} and {i}: each weight takes one "
                                  f"optimizer. Received: {where}={item!r}")
-        pairs.append({"optimizer": rule, "weights": names})
+        pairs.append({"optimizer": rule, "weights": names, "keys": keys})
     return pairs
 
 
@@ -168,7 +172,11 @@ class MultiOptimizer(CustomOptimizerV2):
     :meth:`create_optimizer_spec` makes one). Differences:
     the optimizers are rules (a built-in Keras optimizer is refused with the
     name of its equivalent here; in a config, TFA's included, it becomes that
-    equivalent); a weight in two pairs is refused (TFA applied both); the
+    equivalent); a pair of layers moves those layers' variables, never
+    another weight of the same name (TFA routed by name: a nested model's
+    weight in no pair, named like a paired one, moved too), and a pair from a
+    config, which has names only, refuses a step in which two variables share
+    a paired name; a weight in two pairs is refused (TFA applied both); the
     whole state is checkpointed (TFA's kept no slots; each pair's optimizer's hyperparameter
     variables as ``optimizer_specs[<i>]``); host ``clipnorm``... and
     ``decay_var_list`` are refused (TFA ignored them).
@@ -205,7 +213,11 @@ class MultiOptimizer(CustomOptimizerV2):
             raise ValueError("Give exactly one of `optimizers_and_layers` and `optimizer_specs`. Received: "
                              f"optimizers_and_layers={optimizers_and_layers!r}, optimizer_specs={optimizer_specs!r}")
         self._pairs = _pairs(optimizers_and_layers, optimizer_specs)
-        self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs for name in pair["weights"]}
+        # Pairs of layers route their variables themselves; only pairs from a config go by name, which
+        # two weights can share (a layer of a nested model in no pair named like a paired one).
+        self._rule_by_key = {key: pair["optimizer"] for pair in self._pairs for key in pair["keys"] or ()}
+        self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs if pair["keys"] is None
+                              for name in pair["weights"]}
         self._checkpoint_routed({f"optimizer_specs[{i}]": pair["optimizer"] for i, pair in enumerate(self._pairs)})
 
     clipnorm = property(OptimizerV2.clipnorm.fget, lambda self, value: _refuse_clipping(self, "clipnorm", value))
@@ -218,18 +230,23 @@ class MultiOptimizer(CustomOptimizerV2):
         """One entry of ``optimizer_specs`` (TFA's classmethod): ``{"optimizer": optimizer,
         "weights": [names]}`` for the weights of ``layers_or_model`` (a layer, a model, or a
         list of them), built."""
-        return {"optimizer": optimizer, "weights": _weight_names(layers_or_model, "layers_or_model")}
+        return {"optimizer": optimizer, "weights": [var.name for var in _weights(layers_or_model, "layers_or_model")]}
 
     @property
     def optimizer_specs(self) -> list[dict[str, Any]]:
         """``[{"optimizer": rule, "weights": [variable names]}]``, as in TFA."""
-        return [dict(pair) for pair in self._pairs]
+        return [{"optimizer": pair["optimizer"], "weights": list(pair["weights"])} for pair in self._pairs]
 
     def updater_for(self, var: tf.Variable) -> UpdateRule | None:
         own = get_updater(var)
         if own is not None:
             return own
-        return as_alone(self._rule_by_name.get(variable_name(var)), var)
+        return as_alone(self._paired_rule(var), var)
+
+    def _paired_rule(self, var: tf.Variable) -> UpdateRule | None:
+        """The rule of ``var``'s pair: by the variable itself, or for pairs from a config by name."""
+        rule = self._rule_by_key.get(variable_key(var))
+        return self._rule_by_name.get(variable_name(var)) if rule is None else rule
 
     def _create_all_weights(self, var_list: Any) -> None:
         # Each optimizer's hyperparameters become variables, as its own step would make them: setting one
@@ -262,10 +279,19 @@ class MultiOptimizer(CustomOptimizerV2):
         if given and all(self.updater_for(var) is None for var in given):
             raise ValueError(
                 "None of the variables of this step is in a MultiOptimizer pair: the step would change nothing. "
-                "Pairs hold weights by name; a SavedModel loaded inside a distribution strategy's scope names "
-                "its weights without their layers' scopes ('kernel:0'): save in the .keras format, or make the "
-                f"MultiOptimizer from the loaded model's layers. Pairs hold {sorted(self._rule_by_name)[:8]}; "
+                "Pairs hold the variables of the layers they were given, or from a config their names; a "
+                "SavedModel loaded inside a distribution strategy's scope names its weights without their layers' "
+                "scopes ('kernel:0'): save in the .keras format, or make the MultiOptimizer from the loaded model's "
+                f"layers. Pairs hold {[name for pair in self._pairs for name in pair['weights']][:8]}; "
                 f"received variables {[variable_name(var) for var in given][:8]}")
+        named = [variable_name(var) for var in given
+                 if variable_key(var) not in self._rule_by_key and variable_name(var) in self._rule_by_name]
+        shared = sorted({name for name in named if named.count(name) > 1})
+        if shared:
+            raise ValueError(f"Weight {shared[0]!r} of a pair names two variables of this step: a MultiOptimizer "
+                             "made from optimizer_specs (a config) routes by name, which cannot tell them apart. "
+                             "Make it from the layers (optimizers_and_layers), or name the layers apart. "
+                             f"Received: variables named {shared}")
         # Weights in no pair take no step at all (nothing to compile for them).
         grads_and_vars = [(grad, var) for grad, var in grads_and_vars if self.updater_for(var) is not None]
         return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
@@ -274,7 +300,7 @@ class MultiOptimizer(CustomOptimizerV2):
         """Each pair's optimizer clips its own weights' gradients (after aggregation, as alone)."""
         out, groups = list(grads_and_vars), {}
         for i, (_, var) in enumerate(out):
-            rule = None if get_updater(var) else self._rule_by_name.get(variable_name(var))
+            rule = None if get_updater(var) else self._paired_rule(var)
             if rule is not None:
                 groups.setdefault(id(rule), (rule, []))[1].append(i)
         for rule, positions in groups.values():

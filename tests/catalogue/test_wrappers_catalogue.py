@@ -581,6 +581,37 @@ def test_multi_optimizer_leaves_weights_in_no_pair_and_lets_a_variables_updater_
     assert [p["weights"] for p in opt.optimizer_specs] == [["dense/kernel:0", "dense/bias:0"]]
 
 
+@pytest.mark.parametrize("given", ["layers", "create_optimizer_spec"])
+def test_multi_optimizer_routes_the_paired_layers_variables_not_their_names(given):
+    """A nested model in no pair whose layer is named like a paired one: its weights have the paired
+    weights' names, and stay unchanged (TFA, routing by name, moved them). A pair from a config
+    (``optimizer_specs``) has only names: the clash is refused, naming the weight."""
+    paired = keras.layers.Dense(2, name="shared_name")
+    nested = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, name="shared_name")], name="nested")
+    model = keras.Sequential([keras.Input((2,)), paired, nested])
+    assert [v.name for v in paired.weights] == [v.name for v in nested.weights]  # the same names
+    if given == "layers":
+        opt = MultiOptimizer([(optimizers.SGD(1.0), paired)])
+    else:
+        opt = MultiOptimizer(optimizer_specs=[MultiOptimizer.create_optimizer_spec(optimizers.SGD(1.0), paired)])
+    before = model.get_weights()
+    grads = [(tf.ones_like(v), v) for v in model.trainable_variables]
+    if given == "create_optimizer_spec":
+        with pytest.raises(ValueError, match=r"Weight 'shared_name/bias:0' of a pair names two variables of this "
+                                             r"step.*Received: variables named \['shared_name/bias:0', "
+                                             r"'shared_name/kernel:0'\]"):
+            opt.apply_gradients(grads)
+        for a, b in zip(model.get_weights(), before):
+            np.testing.assert_array_equal(a, b)
+        return
+    opt.apply_gradients(grads)
+    after = model.get_weights()
+    np.testing.assert_allclose(after[0], before[0] - 1.0)
+    np.testing.assert_allclose(after[1], before[1] - 1.0)
+    for a, b in zip(after[2:], before[2:]):  # the nested model's: unchanged
+        np.testing.assert_array_equal(a, b)
+
+
 def test_multi_optimizer_pair_learning_rate_set_after_tracing_takes_effect():
     """As in TFA, where each optimizer keeps its hyperparameters in variables."""
     model = _model()

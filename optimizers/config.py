@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from optimizers.keras_compat import KERAS3_HINT, LearningRateSchedule, OptimizerV2, is_keras3_object, keras
+from optimizers.keras_compat import (
+    KERAS3_HINT,
+    LearningRateSchedule,
+    OptimizerV2,
+    in_safe_mode,
+    is_keras3_object,
+    keras,
+)
 
 __all__ = ["register", "signature_config", "serialize_hyperparameter", "deserialize_values", "serialize_object",
            "deserialize_object", "serialize_optimizer", "deserialize_optimizer", "resolve_optimizer"]
@@ -119,6 +126,8 @@ def deserialize_optimizer(config: Any, custom_objects: dict | None = None) -> An
     if registered is not None:
         return registered.from_config(config["config"], custom_objects=custom_objects)
     module = config.get("module")
+    if keras.utils.get_registered_object(config.get("class_name") or "", custom_objects) is None:
+        _refuse_in_safe_mode(config)  # Keras would import the module the file names to find the class
     try:
         optimizer = keras.optimizers.deserialize(copy.deepcopy(config), custom_objects=custom_objects,
                                                  use_legacy_format=module is None, use_legacy_optimizer=True)
@@ -133,10 +142,24 @@ def deserialize_optimizer(config: Any, custom_objects: dict | None = None) -> An
     return optimizer
 
 
+def _refuse_in_safe_mode(config: dict) -> None:
+    """In safe mode (``load_model``'s default for ``.keras`` files), refuse a config that names a
+    module other than Keras' instead of importing it: importing runs the module's code."""
+    module = config.get("module")
+    if module and in_safe_mode() and module.split(".")[0] not in ("keras", "tf_keras"):
+        raise ValueError(f"This file is loaded in safe mode and its optimizer config names class "
+                         f"{config.get('class_name')!r} of module {module!r}, which is not Keras': it is not imported. "
+                         "Register the class (@keras.utils.register_keras_serializable), pass it in "
+                         "`custom_objects`, or load with safe_mode=False if you trust the file. "
+                         f"Received: {config!r}")
+
+
 def _check_importable(config: dict) -> None:
-    """Refuse, saying what to do, a config whose class's module (``config["module"]``) does not import."""
+    """Refuse, saying what to do, a config whose class's module (``config["module"]``) does not
+    import; in safe mode, one whose module is not Keras', without importing it."""
     if not config.get("module"):
         return
+    _refuse_in_safe_mode(config)
     try:
         importlib.import_module(config["module"])
     except ImportError as error:

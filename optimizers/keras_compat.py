@@ -213,6 +213,15 @@ def maybe_merge_call(fn: Any, strategy: Any, *args: Any) -> Any:
     return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
 
 
+def in_safe_mode() -> bool:
+    """Whether Keras is loading a file in safe mode (``load_model(..., safe_mode=True)``, the
+    default for ``.keras`` files). No public API says it: Keras 2's ``serialization_lib`` holds it."""
+    import importlib
+
+    root = "tf_keras.src" if TF_VERSION >= (2, 16) else "keras.src"
+    return bool(importlib.import_module(root + ".saving.serialization_lib").in_safe_mode())
+
+
 def is_loss_scale_optimizer(obj: Any) -> bool:
     """A Keras 2 ``LossScaleOptimizer`` (mixed precision) around an OptimizerV2."""
     return isinstance(obj, keras.mixed_precision.LossScaleOptimizer) and isinstance(obj, OptimizerV2)

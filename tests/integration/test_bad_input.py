@@ -3,6 +3,7 @@ template's catalogue): each error names the argument, repeats the value received
 optimizer and the variables unchanged."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -200,3 +201,45 @@ def test_keras3_optimizer_wrapped_or_model_handed_over():
     with pytest.raises(TypeError, match=r"Keras 3 variable"):
         opt.apply_gradients([(tf.ones(variable.shape), variable)])
     assert int(opt.iterations.numpy()) == 0
+
+
+def _craft(path: str, out: str, module: str) -> None:
+    """Copy the ``.keras`` file at ``path`` to ``out`` with its inner optimizer's config naming ``module``."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path) as f:
+        files = {name: f.read(name) for name in f.namelist()}
+    config = json.loads(files["config.json"])
+    inner = config["compile_config"]["optimizer"]["config"]["optimizer"]
+    assert inner["class_name"] == "Adam"  # the MovingAverage's inner optimizer
+    inner.update(module=module, registered_name=None)
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(out, "w") as f:
+        for name, data in files.items():
+            f.writestr(name, data)
+
+
+@pytest.mark.parametrize("safe_mode", [True, False])
+def test_a_crafted_keras_file_imports_no_module_in_safe_mode(safe_mode, tmp_path, monkeypatch):
+    """A nested optimizer config that names another module: in safe mode it is refused, naming the
+    module, and the module is never imported; out of safe mode Keras imports it (tf_keras's own
+    deserialization does, for any object), as it does for a top-level object."""
+    net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    net.compile(optimizers.MovingAverage(Adam(0.01)), "mse")
+    net.fit(np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32), verbose=0)
+    net.save(str(tmp_path / "m.keras"))
+    marker = tmp_path / "imported"
+    (tmp_path / "crafted_module.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _craft(str(tmp_path / "m.keras"), str(tmp_path / "crafted.keras"), "crafted_module")
+    if safe_mode:
+        with pytest.raises(ValueError, match=r"loaded in safe mode.*class 'Adam' of module 'crafted_module'.*"
+                                             r"it is not imported"):
+            keras.models.load_model(str(tmp_path / "crafted.keras"), safe_mode=True)
+        assert not marker.exists()
+    else:
+        with pytest.raises((TypeError, ValueError)):  # the module imports, and holds no Adam
+            keras.models.load_model(str(tmp_path / "crafted.keras"), safe_mode=False)
+        assert marker.exists()
+    monkeypatch.delitem(sys.modules, "crafted_module", raising=False)

@@ -62,6 +62,39 @@ def _exponential_decay():
     return keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=2, decay_rate=0.5, staircase=True)
 
 
+@keras.utils.register_keras_serializable(package="third_party")
+class HeavyBall(keras.optimizers.legacy.Optimizer):
+    """A third-party optimizer, written as outside code writes one (TF Model Garden's LAMB, for one):
+    a plain ``OptimizerV2`` subclass on Keras's own hooks and slot API, nothing of this library.
+    Keras 2's SGD with momentum, its sparse step on the touched rows only."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, name="HeavyBall", **kwargs):
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", learning_rate)
+        self._set_hyper("momentum", momentum)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, "momentum")
+
+    def _resource_apply_dense(self, grad, var, apply_state=None):
+        lr, momentum = (self._get_hyper(name, var.dtype.base_dtype) for name in ("learning_rate", "momentum"))
+        velocity = self.get_slot(var, "momentum")
+        velocity.assign(momentum * velocity - lr * grad)
+        return var.assign_add(velocity)
+
+    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+        lr, momentum = (self._get_hyper(name, var.dtype.base_dtype) for name in ("learning_rate", "momentum"))
+        velocity = self.get_slot(var, "momentum")
+        rows = momentum * tf.gather(velocity, indices) - lr * grad
+        velocity.scatter_update(tf.IndexedSlices(rows, indices))
+        return var.scatter_add(tf.IndexedSlices(rows, indices))
+
+    def get_config(self):
+        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
+                "momentum": self._serialize_hyperparameter("momentum")}
+
+
 OPTIMIZERS = [
     Case("sgd_nesterov", lambda jit_compile=True: SGD(0.05, momentum=0.9, nesterov=True, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9, nesterov=True))),
@@ -99,6 +132,9 @@ OPTIMIZERS = [
     Case("moving_average(keras_adam)", lambda jit_compile=True: optimizers.MovingAverage(
         keras.optimizers.legacy.Adam(0.01), average_decay=0.9, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.AdamRule(0.01), wrapper=ref.MovingAverage(average_decay=0.9))),
+    Case("moving_average(third_party)", lambda jit_compile=True: optimizers.MovingAverage(
+        HeavyBall(0.05, momentum=0.9), average_decay=0.9, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.SGDRule(0.05, momentum=0.9), wrapper=ref.MovingAverage(average_decay=0.9))),
     # --- every public rule on its own, and each updater and routing once (test_conformance.py checks it)
     Case("adam", lambda jit_compile=True: Adam(0.01, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.AdamRule(0.01))),

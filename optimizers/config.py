@@ -126,12 +126,13 @@ def deserialize_optimizer(config: Any, custom_objects: dict | None = None) -> An
     if registered is not None:
         return registered.from_config(config["config"], custom_objects=custom_objects)
     module = config.get("module")
-    if keras.utils.get_registered_object(config.get("class_name") or "", custom_objects) is None:
-        _refuse_in_safe_mode(config)  # Keras would import the module the file names to find the class
     try:
         optimizer = keras.optimizers.deserialize(copy.deepcopy(config), custom_objects=custom_objects,
                                                  use_legacy_format=module is None, use_legacy_optimizer=True)
     except TypeError:
+        # Keras found a class of that name without the module (a built-in's name): the module
+        # cannot be what failed, and in safe mode it is not imported just to say so.
+        _refuse_in_safe_mode(config)
         _check_importable(config)
         raise
     if isinstance(optimizer, str) and module:
@@ -143,8 +144,9 @@ def deserialize_optimizer(config: Any, custom_objects: dict | None = None) -> An
 
 
 def _refuse_in_safe_mode(config: dict) -> None:
-    """In safe mode (``load_model``'s default for ``.keras`` files), refuse a config that names a
-    module other than Keras' instead of importing it: importing runs the module's code."""
+    """In safe mode (``load_model``'s default for ``.keras`` files), refuse a config whose class
+    Keras found by name elsewhere, instead of importing the module it names: importing runs the
+    module's code, and the class is not there to find."""
     module = config.get("module")
     if module and in_safe_mode() and module.split(".")[0] not in ("keras", "tf_keras"):
         raise ValueError(f"This file is loaded in safe mode and its optimizer config names class "
@@ -155,11 +157,9 @@ def _refuse_in_safe_mode(config: dict) -> None:
 
 
 def _check_importable(config: dict) -> None:
-    """Refuse, saying what to do, a config whose class's module (``config["module"]``) does not
-    import; in safe mode, one whose module is not Keras', without importing it."""
+    """Refuse, saying what to do, a config whose class's module (``config["module"]``) does not import."""
     if not config.get("module"):
         return
-    _refuse_in_safe_mode(config)
     try:
         importlib.import_module(config["module"])
     except ImportError as error:

@@ -222,9 +222,9 @@ def _craft(path: str, out: str, module: str) -> None:
 
 @pytest.mark.parametrize("safe_mode", [True, False])
 def test_a_crafted_keras_file_imports_no_module_in_safe_mode(safe_mode, tmp_path, monkeypatch):
-    """A nested optimizer config that names another module: in safe mode it is refused, naming the
-    module, and the module is never imported; out of safe mode Keras imports it (tf_keras's own
-    deserialization does, for any object), as it does for a top-level object."""
+    """A nested optimizer config that names a Keras class (``Adam``) of another module, with
+    arguments the class refuses: in safe mode it is refused, naming the module, which is never
+    imported; out of safe mode the module is imported to say whether it is importable."""
     net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     net.compile(optimizers.MovingAverage(Adam(0.01)), "mse")
     net.fit(np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32), verbose=0)

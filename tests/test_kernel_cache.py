@@ -18,6 +18,7 @@ import textwrap
 import time
 
 import pytest
+from test_kernels import run_adamw
 
 from optimizers import kernels
 from optimizers.kernels.cache import LibraryCache, default_root
@@ -211,30 +212,6 @@ def test_a_misspelt_switch_is_refused_at_import():
     assert result.returncode == 1 and "OPTIMIZERS_NATIVE_KERNELS='disabled'" in result.stderr
 
 
-_TRAIN = textwrap.dedent("""
-    import json, warnings
-    import numpy as np, tensorflow as tf
-    from optimizers import AdamW
-    var = tf.Variable(np.linspace(-1.0, 1.0, 12).reshape(3, 4), dtype=tf.float32)
-    opt = AdamW(0.01, learning_rate=0.1)
-    step = tf.function(lambda g: opt.apply_gradients([(g, var)]) and None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(3):
-            step(tf.ones([3, 4]))
-    ops = {op.type for op in step.get_concrete_function(tf.ones([3, 4])).graph.get_operations()}
-    print(json.dumps({"fused": "DecayedApplyAdam" in ops, "var": var.numpy().tolist(),
-                      "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}))
-""")
-
-
-def _train(**env) -> dict:
-    result = subprocess.run([sys.executable, "-c", _TRAIN], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, **env})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr}
-
-
 @pytest.fixture(scope="module")
 def built():
     """The real kernel library, built (as the suite's other kernel tests use it) and its record."""
@@ -252,7 +229,7 @@ def _copy_cache(built, root) -> str:
 
 def test_a_library_built_ahead_of_time_is_used_where_no_compiler_is(built, tmp_path):
     _copy_cache(built, tmp_path / "image")  # a container's runtime stage with the build stage's cache
-    ours = _train(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "image"), CXX="/nonexistent/c++")
+    ours = run_adamw(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "image"), CXX="/nonexistent/c++")
     assert ours["fused"] and ours["warnings"] == [] and "Building" not in ours["stderr"]
 
 
@@ -260,7 +237,7 @@ def test_a_damaged_library_without_a_compiler_falls_back_with_one_warning_and_th
     copy = _copy_cache(built, tmp_path / "cache")
     with open(copy, "r+b") as f:
         f.truncate(os.path.getsize(copy) // 2)
-    ours = _train(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), CXX="/nonexistent/c++")
+    ours = run_adamw(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), CXX="/nonexistent/c++")
     assert not ours["fused"] and len(ours["warnings"]) == 1
     assert "fused kernels are not available" in ours["warnings"][0] and "bytes" in ours["warnings"][0]
-    assert ours["var"] == _train()["var"]  # the kernels' numbers, from the real library
+    assert ours["var"] == run_adamw()["var"]  # the kernels' numbers, from the real library

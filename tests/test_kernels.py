@@ -512,25 +512,27 @@ _FALLBACK = textwrap.dedent("""
 """)
 
 
-def _run_fallback(**env) -> dict:
+def run_adamw(**env) -> dict:
+    """Three traced AdamW steps in a process of their own with ``env``: whether a fused kernel ran,
+    the weights, the RuntimeWarnings and the process's stderr (tests/test_kernel_cache.py too)."""
     import json
 
     result = subprocess.run([sys.executable, "-c", _FALLBACK], cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={**os.environ, **env})
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr}
 
 
 @pytest.mark.parametrize("why", ["turned_off", "build_fails"])
 def test_without_the_kernel_the_step_falls_back_with_the_same_numbers(tmp_path, why):
     env = {"OPTIMIZERS_NATIVE_KERNELS": "Off"} if why == "turned_off" else {"CXX": "/bin/false"}
-    ours = _run_fallback(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), **env)  # nothing built there yet
+    ours = run_adamw(OPTIMIZERS_KERNEL_CACHE=str(tmp_path / "cache"), **env)  # nothing built there yet
     assert not ours["fused"]
     if why == "build_fails":  # said once, with what to expect
         assert len(ours["warnings"]) == 1 and "fused kernels are not available" in ours["warnings"][0]
         assert "Building" in ours["warnings"][0] and "failed" in ours["warnings"][0]
     else:
         assert ours["warnings"] == []
-    fused = _run_fallback()  # the kernels this machine has built (the tests above use them)
+    fused = run_adamw()  # the kernels this machine has built (the tests above use them)
     assert fused["fused"] and fused["warnings"] == []
     assert ours["var"] == fused["var"]

@@ -10,6 +10,7 @@ updaters (``optimizers.Frozen()``).
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import tensorflow as tf
@@ -286,7 +287,7 @@ class MultiOptimizer(CustomOptimizerV2):
                 f"received variables {[variable_name(var) for var in given][:8]}")
         named = [variable_name(var) for var in given
                  if variable_key(var) not in self._rule_by_key and variable_name(var) in self._rule_by_name]
-        shared = sorted({name for name in named if named.count(name) > 1})
+        shared = sorted(name for name, count in collections.Counter(named).items() if count > 1)
         if shared:
             raise ValueError(f"Weight {shared[0]!r} of a pair names two variables of this step: a MultiOptimizer "
                              "made from optimizer_specs (a config) routes by name, which cannot tell them apart. "

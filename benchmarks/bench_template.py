@@ -7,7 +7,7 @@ turned off, as for any rule without one): goal <= 1.05 on 8 variables of 1M (one
 compiled pass per variable against one C++ kernel per variable), 1.3 on 64
 variables of 125k.
 
-Where AdamW's decay goes (printed without a goal; ``CustomOptimizerV2._dense_kernel``
+Where AdamW's decay goes (printed without a goal; ``optimizers.execution.StepRunner._dense_kernel``
 chooses from these): on 8 variables of 1M, the decay and Adam in one fused kernel
 (the default, ``optimizers.kernels``) against the decay as an op of its own before
 TensorFlow's Adam kernel (``benchmarks.common.without_fused_decay``, with

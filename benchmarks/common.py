@@ -104,7 +104,7 @@ def without_kernel(cls):
     """``cls`` (``optimizers.Adam``, ``AdamW``...) with its fused kernel turned off: the rule
     through the template's compiled (or, with ``jit_compile=False``, plain-ops) step, what a
     rule without a hand-fused kernel gets. ``optimizers.Adam`` itself runs TensorFlow's fused
-    Adam kernel (see ``CustomOptimizerV2._dense_kernel``)."""
+    Adam kernel (see ``optimizers.execution.StepRunner._dense_kernel``)."""
 
     class WithoutKernel(cls):
         def dense_kernel(self, var, options):

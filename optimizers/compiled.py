@@ -9,7 +9,7 @@ so variables of one shape share one function. A rule with a hand-fused kernel
 (``UpdateRule.dense_kernel``: Adam's, SGD's) compiles only the step of a
 decayed variable compiled alone, which fuses the decay into its pass, and a
 wrapper's ``after_step`` after the kernel (see
-``CustomOptimizerV2._dense_kernel``). A kernel may compile a piece of its own
+``optimizers.execution.StepRunner._dense_kernel``). A kernel may compile a piece of its own
 step through the same cache (LAMB's direction, NovoGrad's scaling and
 ConditionalGradient's step given the norm, on a variable compiled alone:
 :meth:`CompiledSteps.evaluate`, :meth:`CompiledSteps.run`), also one function

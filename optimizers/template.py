@@ -11,23 +11,21 @@ saving (``saving.py``, through ``base.py``).
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from optimizers import compiled
 from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers import updaters as updaters_lib
 from optimizers.base import OptimizerBase, all_finite, check_grads_and_vars, index_checks
+from optimizers.execution import AfterStep, StepRunner
 from optimizers.hyperparameters import check_bool, check_number, evaluate
 from optimizers.keras_compat import (
     create_hypers,
     fallback_apply_state,
-    is_plain_resource_variable,
     track,
     variable_key,
     variable_name,
@@ -217,10 +215,10 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
         self._skipped: tf.Variable | None = None
         self._weight_decay = decay
         self._decay_var_mask: VariableMask | None = None
-        self._after_update: Any = None  # an OptimizerWrapper whose after_step runs inside this step
         self._var_specs: dict = {}  # (rule, variable) -> its slot specs
         self._slotted: set = set()  # (variable, rule) pairs whose slots exist (slots are never removed)
-        self._compiled = compiled.CompiledSteps()
+        self._runner = StepRunner(self._rule_inputs, lambda: self.iterations)
+        self._compiled = self._runner.steps  # read by compiled_function_count and by rules' own compiled pieces
         if decay is not None:
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
 
@@ -495,170 +493,33 @@ class CustomOptimizerV2(UpdateRule, OptimizerBase):
             return tf.group(tf.cond(finite, apply, skip))
 
     def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
-        """Without a strategy, the hand-fused kernels run here, then the running wrapper's
-        ``after_step`` of their variables in its own chunks; the compiled dense updates of the
-        small variables of one device run in chunks of one signature group (see
-        ``optimizers/compiled.py``)."""
+        """Without a strategy, the kernels and compiled chunks run first (``StepRunner.batched``),
+        then OptimizerV2's per-variable path for what is left."""
         if not self.jit_compile or tf.distribute.has_strategy():
             return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
-        groups: dict = {}
-        rest, kernels, averaged = [], [], []
-        for grad, var in grads_and_vars:
-            if isinstance(grad, tf.IndexedSlices) or var.constraint is not None:
-                rest.append((grad, var))
-                continue
-            inputs = rule, var_slots, coefficients, options = self._rule_inputs(var, apply_state)
-            kernel, with_after = self._kernel_of(rule, var, options, apply_state)
-            if kernel is not None:
-                with tf.device(var.device):
-                    kernels.append(kernel(grad, var, var_slots, coefficients))
-                if not with_after and self._after_update is not None and self._after_update.wraps(var):
-                    averaged.append(var)
-                continue
-            if not compiled.batchable(var) or not getattr(rule, "jit_compile", False):
-                rest.append((grad, var))
-                continue
-            step, var_slots, coefficients, key, complete = self._compiled_inputs(var, apply_state, inputs)
-            if not complete:  # a wrapper's after_step that is not compiled: the per-variable path runs it
-                rest.append((grad, var))
-                continue
-            groups.setdefault((var.device,) + key, (step, coefficients, []))[2].append((grad, var, var_slots))
-        calls = []
-        for key, (step, coefficients, items) in groups.items():
-            with tf.device(key[0]):
-                calls.extend(self._compiled.run_group(step, key[1:], items, coefficients))
-        # One op standing for many: each op created under it gets one control input, not one per update.
-        done = tf.group(calls + kernels) if not tf.executing_eagerly() else None
-        if averaged:
-            with tf.control_dependencies([done] if done is not None else []):
-                done = self._after_update._after_steps(tf.distribute.get_strategy(), averaged, True,
-                                                       self.iterations)
+        done, rest = self._runner.batched(grads_and_vars, apply_state)
         with tf.control_dependencies([done] if done is not None else []):
             return super()._distributed_apply(distribution, rest, apply_state, name)
 
-    def _kernel_of(self, rule: UpdateRule, var: tf.Variable, options: dict, apply_state: dict | None,
-                   sparse: bool = False) -> tuple:
-        """``(kernel, with_after)``: the dense (or ``sparse``) step of ``var`` as a hand-fused kernel
-        (or ``None``), and whether it runs the running wrapper's ``after_step`` too: a moving
-        average (``OptimizerWrapper.after_step_as_average``) fused into the rule's kernel
-        (``UpdateRule.fused_dense_kernel``, ``fused_sparse_kernel``), one pass over memory instead
-        of two. A sparse step has no kernel but the fused one: a decay it cannot fuse, or none,
-        runs the rule's ``update_sparse``."""
-        wrapper = self._after_update
-        names = wrapper.after_step_as_average(var) if wrapper is not None and wrapper.wraps(var) else None
-        decayed = bool(options.get("decayed"))
-        fusable = not decayed or getattr(rule, "weight_decay_placement", None) == "before"
-        fused_kernel = rule.fused_sparse_kernel if sparse else rule.fused_dense_kernel
-        if names is not None and fusable:
-            fused = fused_kernel(var, options, decayed, True)
-            if fused is not None:
-                _, after_slots, after_coefficients = self._after_inputs(var, apply_state)
-                slot, rate = names
-                return functools.partial(fused, average=after_slots[slot], average_rate=after_coefficients[rate]), True
-        if sparse:
-            return (fused_kernel(var, options, decayed, False) if fusable else None), False
-        return self._dense_kernel(rule, var, options), False
-
-    def _dense_kernel(self, rule: UpdateRule, var: tf.Variable, options: dict) -> Any:
-        """The dense step of ``var`` as ``rule``'s hand-fused kernel (``UpdateRule.dense_kernel``),
-        or ``None`` for the rule's own step (compiled or not).
-
-        Measured (``benchmarks/bench_template.py``): the kernel reads and writes each array once,
-        where a compiled step writes each array in a loop of its own, and it compiles nothing.
-        A decayed variable takes the rule's ``fused_dense_kernel``, the decay and the kernel
-        in one pass (AdamW's: faster than both alternatives, whatever the size), where the rule
-        has one here; else, if it is large enough to be compiled alone, its compiled step fuses
-        the decay (faster on 8 variables of 1M than the decay's pass plus the kernel's), and a
-        smaller or uncompiled variable is decayed by an op of its own, then takes the kernel
-        (faster than compiled chunks on 2000 small variables, and nothing to compile). A
-        wrapper's ``after_step`` then runs after the kernel, so wrapping an optimizer never
-        changes its own numbers."""
-        kernel = rule.dense_kernel(var, options)
-        placement = getattr(rule, "weight_decay_placement", None)
-        if kernel is None or not options.get("decayed") or placement == "inside":  # "inside": the kernel decays
-            return kernel
-        if placement != "before":
-            return None
-        fused = rule.fused_dense_kernel(var, options, True, False)  # one pass: faster than the compiled step too
-        if fused is not None:
-            return fused
-        if compiled.alone(rule, var):
-            return None
-        return _DecayThenKernel(rule._weight_decay, kernel)
-
-    def _compiled_inputs(self, var: tf.Variable, apply_state: dict | None, inputs: tuple) -> tuple:
-        """``(step, slots, coefficients, key, complete)`` of the compiled dense step of ``var``,
-        given its ``_rule_inputs``: its rule's ``apply_dense``, fused with the running wrapper's
-        ``after_step`` when that one compiles too (else ``complete`` is false: the wrapper's
-        ``after_step`` is still to run)."""
-        rule, var_slots, coefficients, options = inputs
-        key = (id(rule),) + compiled.signature(var, options)
-        after = self._after_inputs(var, apply_state)
-        if after is None or not after[0].jit_compile:
-            return rule.apply_dense, var_slots, coefficients, key, after is None
-        wrapper, after_slots, after_coefficients = after
-        return (_UpdateThenAfter(rule, wrapper), (var_slots, after_slots), (coefficients, after_coefficients),
-                key + (id(wrapper),), True)
-
-    def _after_inputs(self, var: tf.Variable, apply_state: dict | None) -> tuple | None:
-        """``(wrapper, slots, coefficients)`` of the running wrapper's ``after_step`` of ``var``, or ``None``."""
-        wrapper = self._after_update
-        if wrapper is None or not wrapper.wraps(var):
-            return None
-        device, dtype = var.device, var.dtype.base_dtype
-        coefficients = (apply_state or {}).get((device, dtype, "after"))
-        if coefficients is None:
-            with tf.device(device):
-                coefficients = wrapper.step_coefficients(dtype, self.iterations)
-            if apply_state is not None:
-                apply_state[(device, dtype, "after")] = coefficients
-        return wrapper, wrapper._slots_of(var), coefficients
-
-    def _then_after(self, update: Any, var: tf.Variable, apply_state: dict | None) -> Any:
-        """``update``, then the running wrapper's ``after_step`` of ``var``, if any."""
-        after = self._after_inputs(var, apply_state)
-        if after is None:
-            return update
-        wrapper, after_slots, coefficients = after
-        with tf.control_dependencies([update]):
-            return wrapper._after_variable(var, after_slots, coefficients)
-
-    @contextlib.contextmanager
-    def _running_after_update(self, wrapper: Any) -> Iterator[None]:
-        """Within this context, every variable ``wrapper`` wraps gets ``wrapper.after_step``
+    def running_after_each_update(self, after: AfterStep) -> contextlib.AbstractContextManager:
+        """Within this context, every variable ``after`` wraps gets the wrapper's ``after_step``
         right after this optimizer's update of it, in the same compiled function when both
         compile: one pass over memory and one call per chunk, instead of two (used by
-        ``OptimizerWrapper.apply_gradients``)."""
-        outer, self._after_update = self._after_update, wrapper
-        try:
-            yield
-        finally:
-            self._after_update = outer
+        ``OptimizerWrapper.apply_gradients``; ``after`` is the wrapper's
+        :class:`~optimizers.execution.AfterStep`)."""
+        return self._runner.running_after(after)
+
+    @property
+    def weight_decay_policy(self) -> DecoupledWeightDecay | None:
+        """Which variables this optimizer decays, and how (``None`` without weight decay)."""
+        return self._weight_decay
 
     def _resource_apply_dense(self, grad: tf.Tensor, handle: tf.Variable, apply_state: dict | None = None) -> Any:
-        inputs = rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
-        kernel, with_after = self._kernel_of(rule, handle, options, apply_state)
-        if kernel is not None:
-            update = kernel(grad, handle, var_slots, coefficients)
-            return update if with_after else self._then_after(update, handle, apply_state)
-        if getattr(rule, "jit_compile", False) and is_plain_resource_variable(handle):
-            step, var_slots, coefficients, key, complete = self._compiled_inputs(handle, apply_state, inputs)
-            update = self._compiled.run(step, ("dense",) + key, grad, handle, var_slots, coefficients)
-            if complete:
-                return update
-        else:
-            update = rule.apply_dense(grad, handle, var_slots, coefficients)
-        return self._then_after(update, handle, apply_state)
+        return self._runner.dense(grad, handle, apply_state)
 
     def _resource_apply_sparse(self, grad: tf.Tensor, handle: tf.Variable, indices: tf.Tensor,
                                apply_state: dict | None = None) -> Any:
-        rule, var_slots, coefficients, options = self._rule_inputs(handle, apply_state)
-        kernel, with_after = self._kernel_of(rule, handle, options, apply_state, sparse=True)
-        if kernel is not None:
-            update = kernel(grad, handle, indices, var_slots, coefficients)
-            return update if with_after else self._then_after(update, handle, apply_state)
-        return self._then_after(rule.apply_sparse(grad, handle, indices, var_slots, coefficients), handle,
-                                apply_state)
+        return self._runner.sparse(grad, handle, indices, apply_state)
 
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
         """Sum ordinary gradients across replicas; reduce updater gradients by the
@@ -748,27 +609,3 @@ def as_alone(rule: UpdateRule | None, var: tf.Variable) -> UpdateRule | None:
     if isinstance(rule, CustomOptimizerV2):
         return rule.updater_for(var) or rule
     return rule
-
-
-class _UpdateThenAfter:
-    """A rule's ``apply_dense``, then a wrapper's ``after_step`` of the same variable: one
-    compiled function (``slots`` and ``coefficients`` are pairs: the rule's, the wrapper's)."""
-
-    def __init__(self, rule: UpdateRule, wrapper: Any) -> None:
-        self.rule, self.wrapper = rule, wrapper
-
-    def __call__(self, grad: tf.Tensor, var: tf.Variable, slots: tuple, coefficients: tuple) -> Any:
-        update = self.rule.apply_dense(grad, var, slots[0], coefficients[0])
-        with tf.control_dependencies([update]):
-            return call_hook(self.wrapper, "after_step", var, slots[1], coefficients[1])
-
-
-class _DecayThenKernel:
-    """Decoupled weight decay, then a rule's hand-fused dense kernel: TensorFlow Addons' order."""
-
-    def __init__(self, weight_decay: DecoupledWeightDecay, kernel: Any) -> None:
-        self.weight_decay, self.kernel = weight_decay, kernel
-
-    def __call__(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
-        with tf.control_dependencies([self.weight_decay.decay_dense(var, coefficients)]):
-            return self.kernel(grad, var, slots, coefficients)

@@ -136,7 +136,7 @@ def test_fused_kernels_compile_nothing_and_give_the_plain_numbers_exactly(in_fun
 def test_a_wrapper_compiles_only_shapes_with_many_variables():
     """Shapes with fewer than AFTER_KERNEL_MAX_GROUP variables take the average's kernel; a
     shape with more compiles its chunks (a chunk of 8 and a chunk of 1: two functions)."""
-    from optimizers.wrappers.base import AFTER_KERNEL_MAX_GROUP
+    from optimizers.execution import AFTER_KERNEL_MAX_GROUP
 
     shapes = [(2,)] * (AFTER_KERNEL_MAX_GROUP + 1) + [(3,)] * 3
     results = []

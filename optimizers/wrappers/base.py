@@ -3,42 +3,31 @@
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from optimizers import compiled, kernels, saving
+from optimizers import compiled, saving
 from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
+from optimizers.execution import AfterStep
 from optimizers.hyperparameters import Hyperparameters, check_number
 from optimizers.keras_compat import (
     OptimizerV2,
     aggregate_gradients,
     create_all_weights,
     hyper_dict,
-    is_plain_resource_variable,
     maybe_merge_call,
     track,
     transform_unaggregated_gradients,
     variable_key,
 )
-from optimizers.rule import call_hook
 from optimizers.template import CustomOptimizerV2
 from optimizers.updaters import get_updater
 
 __all__ = ["OptimizerWrapper"]
-
-#: A wrapper's small variables of one shape and dtype take its ``after_kernel`` (uncompiled ops)
-#: when they are fewer than this, else its compiled ``after_step`` in chunks. Measured with
-#: ``MovingAverage(AdamW)`` on MLPs through ``train_on_batch`` (2 cores): with groups of 8
-#: variables, the kernels' first step took 0.40 s against 0.82 s compiling the chunks, and their
-#: steady step was as fast; with groups of 64 both were even; with groups of 300, tracing four
-#: ops per variable (0.5 ms each in a large graph) cost more than compiling the chunks (11.9 s
-#: against 10.3 s).
-AFTER_KERNEL_MAX_GROUP = 64
 
 _CLIP_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm")
 
@@ -64,11 +53,6 @@ def _declares(optimizer: Any, name: str) -> bool:
         return optimizer._owns(name) or _declares(optimizer.inner_optimizer, name)
     return (name in hyper_dict(optimizer) or name in vars(optimizer) or name in getattr(optimizer, "hyperparameter_names", ())
             or isinstance(getattr(type(optimizer), name, None), property))  # exclude_from_weight_decay...
-
-
-def _average_kernel(op: Callable, slot: str, rate: str, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
-    """:math:`a \\leftarrow a - (a - \\theta)\\,r` by ``op``, the library's ``ApplyMovingAverage``."""
-    return op(average=slots[slot].handle, average_rate=coefficients[rate], var=var)
 
 
 class OptimizerWrapper(Hyperparameters, OptimizerBase):
@@ -118,7 +102,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         there is none. With ``jit_compile`` it runs instead of ``after_step``
         except on a variable large enough to be compiled alone (over 2^18
         elements: one compiled pass is faster) and on the small variables of
-        a shape and dtype that has :data:`AFTER_KERNEL_MAX_GROUP` or more
+        a shape and dtype that has :data:`~optimizers.execution.AFTER_KERNEL_MAX_GROUP` or more
         (compiled in chunks, cheaper to trace); a model of few variables per
         shape then compiles nothing for the wrapper.
 
@@ -193,6 +177,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             setattr(inner, key, value)
         track(self, inner, self.inner_checkpoint_name)
         self._compiled = compiled.CompiledSteps()
+        self._after = AfterStep(self, self._compiled)  # how a step runs after_step (optimizers/execution.py)
         self._var_specs: dict = {}
         self._seen: dict = {}  # variable key -> variable, every variable a step has seen
 
@@ -390,7 +375,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             has_after_step = type(self).after_step is not OptimizerWrapper.after_step
             if has_after_step and isinstance(self._optimizer, CustomOptimizerV2):
                 # after_step runs inside the inner step, fused into its compiled updates.
-                with self._optimizer._running_after_update(self):
+                with self._optimizer.running_after_each_update(self._after):
                     return self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
                                                            **kwargs)
             update = self._optimizer.apply_gradients(grads_and_vars, name, experimental_aggregate_gradients,
@@ -406,7 +391,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
                 return update
             # Grouped in the merge call: each replica then returns the same op, as a Keras optimizer
             # returns one value (a LossScaleOptimizer's cond takes no per-replica ops).
-            return maybe_merge_call(self._after_steps, tf.distribute.get_strategy(), wrapped, counted, None, update)
+            return maybe_merge_call(self._after.run_all, tf.distribute.get_strategy(), wrapped, counted, None, update)
 
     def _aggregate_gradients(self, grads_and_vars: Iterable) -> list:
         # A LossScaleOptimizer around this wrapper aggregates through it: the inner
@@ -429,86 +414,9 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         self.prepare(dtype, coefficients)
         return coefficients
 
-    def _slots_of(self, var: tf.Variable) -> dict[str, tf.Variable]:
-        """The wrapper's slots of ``var``, as :meth:`after_step` receives them."""
+    def slots_of(self, var: tf.Variable) -> dict[str, tf.Variable]:
+        """The wrapper's slots of ``var``, as :meth:`after_step` receives them (not a hook)."""
         return slots_lib.get_slots(self, var, self._specs_of(var))
-
-    def _after_kernel(self, var: tf.Variable) -> Callable | None:
-        """The uncompiled :meth:`after_step` of ``var``: a moving average
-        (:meth:`after_step_as_average`) as this library's one-pass kernel where it is available
-        (as fast as a compiled pass, nothing to compile: a first step of ``MovingAverage`` on a
-        large embedding table pays no XLA compilation); else :meth:`after_kernel`, unless ``var``
-        is compiled alone: then one compiled pass (``MovingAverage(Adam)`` on 8 variables of 1M,
-        2 cores: 0.89x TensorFlow's two kernels)."""
-        names = self.after_step_as_average(var)
-        op = None if names is None else kernels.op(var, "ApplyMovingAverage")
-        if op is not None:
-            return functools.partial(_average_kernel, op, *names)
-        if compiled.alone(self, var):
-            return None
-        return self.after_kernel(var)
-
-    def _after_variable(self, var: tf.Variable, slots: dict[str, tf.Variable], coefficients: dict) -> Any:
-        """:meth:`after_step` of one variable: its kernel, if any, else compiled (one function per
-        shape and dtype) with ``jit_compile``."""
-        kernel = self._after_kernel(var)
-        if kernel is not None:
-            return kernel(var, slots, coefficients)
-        if self.jit_compile and is_plain_resource_variable(var):
-            key = ("after",) + compiled.signature(var, {})
-            return self._compiled.run(functools.partial(call_hook, self, "after_step"), key, var, slots, coefficients)
-        return call_hook(self, "after_step", var, slots, coefficients)
-
-    def _after_steps(self, strategy: tf.distribute.Strategy, var_list: list, counted: Any,
-                     iterations: Any = None, update: Any = None) -> Any:
-        """:meth:`after_step` of every variable of ``var_list`` after the inner step (an inner
-        optimizer not written on the template, or a template rule's hand-fused kernel, which
-        passes ``iterations``: see :meth:`step_coefficients`). Without a strategy, the small
-        variables of a shape and dtype run their :meth:`after_kernel` if they are fewer than
-        :data:`AFTER_KERNEL_MAX_GROUP`, else compiled steps in chunks (see
-        ``optimizers/compiled.py``). Returns them grouped with ``update`` (eagerly: ``update``)."""
-        by_dtype = {dtype: self.step_coefficients(dtype, iterations) for dtype in {v.dtype.base_dtype for v in var_list}}
-        groups: dict = {}
-        direct: list = []
-        if not tf.distribute.has_strategy():  # no update context to enter: each step runs as it is
-            for var in var_list:
-                if self.jit_compile and compiled.batchable(var):
-                    groups.setdefault((var.device,) + compiled.signature(var, {}), []).append(var)
-                else:
-                    direct.append(var)
-            for key, group in list(groups.items()):
-                if len(group) < AFTER_KERNEL_MAX_GROUP and all(self._after_kernel(var) for var in group):
-                    direct.extend(groups.pop(key))
-                else:
-                    groups[key] = [(var, self._slots_of(var)) for var in group]
-            var_list = []
-
-        def run_direct() -> Any:
-            calls = []
-            for key, items in groups.items():
-                with tf.device(key[0]):
-                    calls.extend(self._compiled.run_group(self.after_step, ("after",) + key[1:], items,
-                                                          by_dtype[key[2]]))
-            for var in direct:
-                with tf.device(var.device):
-                    calls.append(self._after_variable(var, self._slots_of(var), by_dtype[var.dtype.base_dtype]))
-            return tf.group(calls)
-
-        ops = []
-        if groups or direct:
-            ops.append(run_direct() if counted is True else tf.cond(counted, run_direct, tf.no_op))
-        for var in var_list:
-            with strategy.extended.colocate_vars_with(var):
-                ops.extend(tf.nest.flatten(strategy.extended.update(
-                    var, self._after_step_fn, args=(by_dtype[var.dtype.base_dtype], counted), group=False)))
-        if tf.executing_eagerly():
-            return update
-        return tf.group([op for op in [update] + ops if op is not None])
-
-    def _after_step_fn(self, var: tf.Variable, coefficients: dict, counted: Any) -> Any:
-        if counted is not True:  # a tensor: the inner optimizer may have skipped the step
-            return tf.cond(counted, lambda: tf.group(self._after_step_fn(var, coefficients, True)), tf.no_op)
-        return self._after_variable(var, self._slots_of(var), coefficients)
 
     # ------------------------------------------------------------ config, saving
     def _config_value(self, pname: str) -> Any:

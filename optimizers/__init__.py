@@ -19,7 +19,7 @@ weight decay for any Keras 2 optimizer class (``extend_with_decoupled_weight_dec
 from optimizers.callbacks import MovingAverageCallback, averaged_weights
 from optimizers.callbacks_swa import AverageModelCheckpoint
 from optimizers.decoupled import DecoupledWeightDecayExtension, extend_with_decoupled_weight_decay
-from optimizers.keras_compat import TF_VERSION, check_keras2_model, keras, variable_key
+from optimizers.keras_compat import TF_VERSION, check_keras2_model, keras
 from optimizers.rule import UpdateRule
 from optimizers.rules import (
     COCOB,
@@ -46,6 +46,7 @@ from optimizers.schedules import (
 )
 from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2
+from optimizers.tf_compat import variable_key
 from optimizers.tfa_compat import TFA_NAMES  # importing it registers TFA's saved names ("Addons>AdamW", ...)
 from optimizers.updaters import (
     Frozen,

@@ -24,6 +24,7 @@ from optimizers.keras_compat import (
     OptimizerV2,
     install_loss_scale_hook,
     is_keras3_object,
+    optimizer_name,
 )
 from optimizers.updaters import undo_unscaling
 
@@ -204,7 +205,7 @@ class OptimizerBase(saving.SavesState, OptimizerV2):
         return config_lib.attribute_value(self, pname)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__module__}.{type(self).__name__} name={self._name!r}: {KERAS2_OPTIMIZER}>"
+        return f"<{type(self).__module__}.{type(self).__name__} name={optimizer_name(self)!r}: {KERAS2_OPTIMIZER}>"
 
 
 install_loss_scale_hook(undo_unscaling)

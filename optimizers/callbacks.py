@@ -8,7 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.keras_compat import keras, optimizer_chain
+from optimizers.keras_compat import keras
+from optimizers.tf_compat import optimizer_chain
 from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["MovingAverageCallback", "averaged_weights"]

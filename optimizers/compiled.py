@@ -50,7 +50,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.keras_compat import is_plain_resource_variable, optimizer_chain
+from optimizers.tf_compat import is_plain_resource_variable, optimizer_chain
 
 __all__ = ["CompiledSteps", "BATCH_MAX_ELEMENTS", "CHUNK_SIZES", "batchable", "alone", "compiled_function_count"]
 

@@ -18,9 +18,19 @@ from typing import Any
 
 import tensorflow as tf
 
+from optimizers import config as config_lib
 from optimizers.base import OptimizerBase, after_checks, check_grads_and_vars, index_checks
 from optimizers.hyperparameters import check_number
-from optimizers.keras_compat import KERAS3_HINT, LearningRateSchedule, OptimizerV2, fallback_apply_state, keras
+from optimizers.keras_compat import (
+    KERAS3_HINT,
+    LearningRateSchedule,
+    OptimizerV2,
+    fallback_apply_state,
+    hyper_dict,
+    hyper_in_dtype,
+    keras,
+    set_hyper,
+)
 from optimizers.template import CustomOptimizerV2
 from optimizers.weight_decay import DecoupledWeightDecay, VariableMask, exclude_attribute
 from optimizers.wrappers import OptimizerWrapper
@@ -139,7 +149,7 @@ class DecoupledWeightDecayExtension(OptimizerBase):
         super().__init__(*args, **kwargs)
         self._weight_decay_policy = policy
         self._decay_var_mask: VariableMask | None = None
-        self._set_hyper("weight_decay", weight_decay)
+        set_hyper(self, "weight_decay", weight_decay)
 
     def _set_hyper(self, name: str, value: Any) -> None:
         if name == "weight_decay":  # also on assignment: ``opt.weight_decay = -1`` is refused
@@ -173,7 +183,7 @@ class DecoupledWeightDecayExtension(OptimizerBase):
         super()._prepare_local(var_device, var_dtype, apply_state)
         if self._decay_by_template:
             return
-        weight_decay = self._get_hyper("weight_decay", var_dtype)
+        weight_decay = hyper_in_dtype(self, "weight_decay", var_dtype)
         if isinstance(weight_decay, LearningRateSchedule):
             weight_decay = tf.cast(weight_decay(self.iterations), var_dtype)
         coefficients = apply_state[(var_device, var_dtype)]
@@ -228,7 +238,7 @@ class DecoupledWeightDecayExtension(OptimizerBase):
                     config[pname] = self._config_value(pname)
         else:
             config = super(OptimizerBase, self).get_config()  # the base's own config, not the signature's
-            config["weight_decay"] = self._serialize_hyperparameter("weight_decay")
+            config["weight_decay"] = config_lib.serialize_hyperparameter(hyper_dict(self)["weight_decay"])
         config["exclude_from_weight_decay"] = self._weight_decay_policy.get_config()["exclude_from_weight_decay"]
         return config
 

@@ -22,10 +22,10 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import compiled, kernels
-from optimizers.keras_compat import is_plain_resource_variable
 from optimizers.rule import UpdateRule, call_hook
+from optimizers.tf_compat import is_plain_resource_variable
 
-__all__ = ["AFTER_KERNEL_MAX_GROUP", "AfterStep", "StepRunner"]
+__all__ = ["AFTER_KERNEL_MAX_GROUP", "AfterStep", "StepRunner", "unless_non_finite"]
 
 #: A wrapper's small variables of one shape and dtype take its ``after_kernel`` (uncompiled ops)
 #: when they are fewer than this, else its compiled ``after_step`` in chunks. Measured with
@@ -318,6 +318,24 @@ class StepRunner:
         after_step, after_slots, coefficients = after
         with tf.control_dependencies([update]):
             return after_step.run(var, after_slots, coefficients)
+
+
+def unless_non_finite(finite: Any, skipped: tf.Variable, apply: Callable[[], Any]) -> Any:
+    """``apply()`` if ``finite`` (every gradient of the step is finite, on every replica: one
+    skips, all skip), else ``skipped`` counts one more skipped step and nothing else changes."""
+
+    def run() -> tf.Tensor:
+        with tf.control_dependencies([apply()]):
+            return tf.constant(True)
+
+    def skip() -> tf.Tensor:
+        with tf.control_dependencies([skipped.assign_add(1)]):
+            return tf.constant(False)
+
+    if tf.executing_eagerly():
+        return run() if bool(finite) else skip()
+    # An op, as OptimizerV2's step returns in a graph (a LossScaleOptimizer's cond pairs it with its own).
+    return tf.group(tf.cond(finite, run, skip))
 
 
 class _UpdateThenAfter:

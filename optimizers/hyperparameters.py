@@ -10,16 +10,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from optimizers.keras_compat import LearningRateSchedule, keras
-
 __all__ = ["Hyperparameters", "assertion", "check_bool", "check_constant", "check_epsilon", "check_number",
-           "checked_value", "constructor_epsilon", "evaluate", "is_dynamic", "option_change_error"]
+           "checked_value", "evaluate", "is_dynamic", "is_schedule", "option_change_error", "register_schedule_type"]
+
+#: The learning-rate schedule classes of the Keras versions in use: a hyperparameter that is one
+#: of them is called with the step, any other callable with nothing. Each Keras adapter registers
+#: its own (``keras_compat`` Keras 2's), so this module imports no Keras.
+SCHEDULE_TYPES: list[type] = []
+
+
+def register_schedule_type(cls: type) -> None:
+    """Treat instances of ``cls`` as schedules: called with the step (see :func:`evaluate`)."""
+    if cls not in SCHEDULE_TYPES:
+        SCHEDULE_TYPES.append(cls)
+
+
+def is_schedule(value: Any) -> bool:
+    return isinstance(value, tuple(SCHEDULE_TYPES))
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -30,7 +42,7 @@ def check_number(name: str, value: Any, low: float | None = None, high: float | 
     Raises ``TypeError``/``ValueError`` that name the argument and repeat the value.
     Callables and schedules are checked when called, not here.
     """
-    if isinstance(value, LearningRateSchedule) or (callable(value) and not tf.is_tensor(value)):
+    if callable(value) and not tf.is_tensor(value):  # schedules too
         return
     if isinstance(value, (bool, np.bool_)) or isinstance(value, str) or value is None:
         raise TypeError(f"`{name}` must be a float, a tensor, a callable or a LearningRateSchedule. "
@@ -73,16 +85,6 @@ def check_epsilon(value: Any) -> None:
     check_constant("epsilon", value, low=0.0, low_inclusive=False)
 
 
-def constructor_epsilon(value: Any) -> float:
-    """A constructor's ``epsilon`` as Keras 2's and TensorFlow Addons' constructors read it: ``0``
-    or ``None`` is ``keras.backend.epsilon()`` (``1e-7`` unless set); any other value is checked by
-    :func:`check_epsilon`, and so is a value assigned later."""
-    if value is None or (isinstance(value, Real) and not isinstance(value, bool) and value == 0):
-        value = keras.backend.epsilon()
-    check_epsilon(value)
-    return value
-
-
 def check_bool(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"`{name}` must be a bool. Received: {name}={value!r}")
@@ -91,7 +93,7 @@ def check_bool(name: str, value: Any) -> None:
 def evaluate(value: Any, iterations: Any) -> Any:
     """The value of a hyperparameter at a step: schedules are called with
     ``iterations`` (the number of steps taken), other callables with nothing."""
-    if isinstance(value, LearningRateSchedule):
+    if is_schedule(value):
         return value(iterations)
     if callable(value) and not tf.is_tensor(value):
         return value()
@@ -100,7 +102,7 @@ def evaluate(value: Any, iterations: Any) -> Any:
 
 def is_dynamic(value: Any) -> bool:
     """Whether ``value`` can change without being set again (so it is checked at each step)."""
-    return (isinstance(value, (LearningRateSchedule, tf.Variable)) or (callable(value) and not tf.is_tensor(value))
+    return (isinstance(value, tf.Variable) or (callable(value) and not tf.is_tensor(value))
             or (tf.is_tensor(value) and not hasattr(value, "numpy")))
 
 

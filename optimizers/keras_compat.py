@@ -6,17 +6,22 @@
   need ``TF_USE_LEGACY_KERAS``.
 
 Everything else in the library imports ``keras`` from here, and every access
-to a private attribute of Keras 2 or TensorFlow goes through a function of this
-module: one place to fix when ``tf-keras`` changes.
+to a private attribute of Keras 2 goes through a function of this module, which
+says why it is needed: one place to fix when ``tf-keras`` changes. TensorFlow's
+own internals are in ``optimizers/tf_compat.py``, which imports no Keras (the
+Keras-free core uses it). Overriding OptimizerV2's hooks (``_create_slots``,
+``_resource_apply_dense``...) and calling OptimizerV2's own implementation of a
+hook from an override (``super()._distributed_apply``) is what the template and
+wrappers are for; reading OptimizerV2's private state is this module's job.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
+
+from optimizers.hyperparameters import register_schedule_type
 
 TF_VERSION: tuple[int, int] = tuple(int(p) for p in tf.__version__.split(".")[:2])  # type: ignore[assignment]
 
@@ -34,13 +39,15 @@ else:
 
 OptimizerV2 = keras.optimizers.legacy.Optimizer
 LearningRateSchedule = keras.optimizers.schedules.LearningRateSchedule
+register_schedule_type(LearningRateSchedule)  # the Keras-free hyperparameters call these with the step
 
 KERAS3_HINT = (
     "optimizers built with custom-optimizer-v2 are Keras 2 (OptimizerV2) optimizers. "
     + (
         "Build the model with `import tf_keras as keras` (package `tf-keras`), not "
         "`keras` / `tf.keras`, which are Keras 3 on TensorFlow "
-        f"{tf.__version__}; Keras 3 models take `keras.optimizers.*` optimizers."
+        f"{tf.__version__}; Keras 3 models take the classes of the same names from "
+        "`optimizers.keras3` (`from optimizers import keras3`)."
         if TF_VERSION >= (2, 16)
         else "Build the model with `tf.keras`."
     )
@@ -51,8 +58,8 @@ KERAS3_HINT = (
 # "Could not interpret optimizer identifier: <that repr>": the repr is the whole message, so
 # it names the Keras 2 to use and the one line to change.
 KERAS2_OPTIMIZER = (
-    "a Keras 2 (OptimizerV2) optimizer, for tf_keras models: build the model with "
-    "`import tf_keras as keras`, not Keras 3's `import keras`"
+    "a Keras 2 (OptimizerV2) optimizer, for tf_keras models; a Keras 3 model (`import keras`) takes "
+    "the class of the same name from `optimizers.keras3`"
     if TF_VERSION >= (2, 16)
     else "a Keras 2 (OptimizerV2) optimizer, for tf.keras models: build the model with "
     "`tf.keras`, not Keras 3's `import keras`"
@@ -77,93 +84,24 @@ def check_keras2_model(model: object) -> None:
         raise TypeError(f"Received a Keras 3 object: model={model!r}. {KERAS3_HINT}")
 
 
-def distributed_container(var: Any) -> Any:
-    """The distributed variable a per-replica component belongs to, else ``var``.
-
-    Newer TensorFlow marks the component's handle tensor instead of the component.
-    """
-    if isinstance(var, tf.distribute.DistributedValues):
-        return var
-    if hasattr(var, "_distributed_container"):
-        return var._distributed_container()
-    handle = getattr(var, "handle", None)
-    if handle is not None and hasattr(handle, "_distributed_container"):
-        return handle._distributed_container()
-    return var
 
 
-def logical_variable(var: Any) -> Any:
-    """The variable the model declared that ``var`` is part of: its distributed container, and for a
-    shard of a ``ShardedVariable`` (``ParameterServerStrategy``'s ``variable_partitioner``) the
-    sharded variable, whose name has no ``/part_<i>`` suffix; else ``var``."""
-    var = distributed_container(var)
-    sharded = getattr(var, "_sharded_container", None)
-    return sharded() if callable(sharded) else var
 
 
-def variable_name(var: Any) -> str:
-    """The name of the variable the model declared: a shard's (``"emb/embeddings/part_1:0"``) without its
-    ``/part_<i>`` (``"emb/embeddings:0"``), as a ``ShardedVariable`` is not named after its table."""
-    var = distributed_container(var)
-    name = var.name
-    if callable(getattr(var, "_sharded_container", None)):
-        name = re.sub(r"/part_\d+(?=:\d+$|$)", "", name)
-    return name
 
 
-def variable_key(var: Any) -> Any:
-    """A key that identifies ``var`` through distributed containers.
-
-    Under ``tf.distribute`` the optimizer sees a per-replica component; its key
-    is that of the distributed variable it belongs to.
-    """
-    var = distributed_container(var)
-    if getattr(var, "_in_graph_mode", False):
-        return var._shared_name
-    return var._unique_id
 
 
-def on_this_device(value: Any) -> Any:
-    """The component of a distributed ``value`` for the replica being updated."""
-    if isinstance(value, tf.distribute.DistributedValues):
-        return value._get_on_device_or_primary()
-    return value
 
 
-def optimizer_chain(optimizer: Any) -> Iterator[Any]:
-    """``optimizer``, then the optimizer it wraps (``inner_optimizer``: a wrapper's, a
-    ``LossScaleOptimizer``'s), and so on down, each once."""
-    seen = set()
-    while optimizer is not None and id(optimizer) not in seen:
-        seen.add(id(optimizer))
-        yield optimizer
-        optimizer = getattr(optimizer, "inner_optimizer", None)
 
 
-def in_xla_context() -> bool:
-    """Whether ops built now are compiled by XLA (inside ``tf.function(jit_compile=True)``)."""
-    from tensorflow.python.ops import control_flow_util
-
-    return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def is_plain_resource_variable(var: Any) -> bool:
-    """A ``ResourceVariable`` itself (not a distributed, sharded or mirrored wrapper)."""
-    return type(var).__name__ == "ResourceVariable"
 
 
-def aggregates_in_apply_only(strategy: Any) -> bool:
-    """Whether OptimizerV2's ``apply_gradients`` refuses ``experimental_aggregate_gradients=False``
-    under ``strategy`` (Keras 2 does for ``ParameterServerStrategy`` and ``CentralStorageStrategy``)."""
-    return isinstance(strategy, (tf.distribute.experimental.ParameterServerStrategy,
-                                 tf.distribute.experimental.CentralStorageStrategy,
-                                 tf.compat.v1.distribute.experimental.ParameterServerStrategy,
-                                 tf.compat.v1.distribute.experimental.CentralStorageStrategy))
 
 
-def is_parameter_server(strategy: Any) -> bool:
-    return isinstance(strategy, (tf.distribute.experimental.ParameterServerStrategy,
-                                 tf.compat.v1.distribute.experimental.ParameterServerStrategy))
 
 
 def create_all_weights(optimizer: Any, var_list: list) -> None:
@@ -177,6 +115,8 @@ def aggregate_gradients(optimizer: Any, grads_and_vars: list) -> list:
 
 
 def transform_unaggregated_gradients(optimizer: Any, grads_and_vars: list) -> list:
+    """OptimizerV2's per-replica gradient transformers of ``optimizer`` (a wrapper passes them on to
+    its inner optimizer, as a ``LossScaleOptimizer`` around the wrapper calls them through it)."""
     return optimizer._transform_unaggregated_gradients(grads_and_vars)
 
 
@@ -190,12 +130,52 @@ def hyper_dict(optimizer: Any) -> dict:
     return getattr(optimizer, "_hyper", None) or {}
 
 
+def set_hyper(optimizer: Any, name: str, value: Any) -> None:
+    """Keep ``value`` as OptimizerV2 hyperparameter ``name`` of ``optimizer`` (a variable once
+    the optimizer creates its weights, saved in every format); OptimizerV2 has no public setter."""
+    optimizer._set_hyper(name, value)
+
+
+def hypers_created(optimizer: Any) -> bool:
+    """Whether ``optimizer``'s hyperparameters are variables already (OptimizerV2's flag)."""
+    return optimizer._hypers_created
+
+
+def hyper_in_dtype(optimizer: Any, name: str, dtype: tf.DType) -> Any:
+    """OptimizerV2's ``_get_hyper``: hyperparameter ``name`` of ``optimizer`` in ``dtype``."""
+    return optimizer._get_hyper(name, dtype)
+
+
+def initial_decay(optimizer: Any) -> float:
+    """Keras 2's legacy ``decay`` argument (inverse-time learning-rate decay), which OptimizerV2
+    keeps as a private float and writes into every config."""
+    return optimizer._initial_decay
+
+
+def own_weights(optimizer: Any) -> list:
+    """The variables ``optimizer`` made with ``add_weight`` (slots and hyperparameters), in order:
+    OptimizerV2's ``weights`` is ``iterations`` plus these."""
+    return optimizer._weights
+
+
+def adopt_iterations(optimizer: Any, iterations: tf.Variable) -> bool:
+    """Make ``iterations`` (another optimizer's step counter) ``optimizer``'s own, saved where
+    Keras 2's and TFA's checkpoints keep it (``iter``); ``False`` when it had one already."""
+    if optimizer._iterations is not None:
+        return False
+    optimizer._iterations = iterations
+    track(optimizer, iterations, "iter")
+    return True
+
+
 def slot_dict(optimizer: Any) -> dict:
     """OptimizerV2's ``{variable key: {slot name: slot variable}}``."""
     return getattr(optimizer, "_slots", {})
 
 
 def optimizer_name(optimizer: Any) -> str:
+    """The ``name`` an OptimizerV2 was built with (its name scope, its slots' prefix): OptimizerV2
+    keeps it only as ``_name``."""
     return optimizer._name
 
 
@@ -205,12 +185,11 @@ def track(owner: Any, child: Any, name: str) -> None:
 
 
 def fallback_apply_state(optimizer: Any, device: str, dtype: tf.DType) -> dict:
+    """The coefficients OptimizerV2 prepares for a (device, dtype) that its step's ``apply_state`` lacks
+    (a variable on a device the step did not prepare, or a step run without one)."""
     return optimizer._fallback_apply_state(device, dtype)
 
 
-def maybe_merge_call(fn: Any, strategy: Any, *args: Any) -> Any:
-    """Call ``fn(strategy, *args)`` in cross-replica context (a merge call if needed)."""
-    return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
 
 
 def in_safe_mode() -> bool:
@@ -227,8 +206,6 @@ def is_loss_scale_optimizer(obj: Any) -> bool:
     return isinstance(obj, keras.mixed_precision.LossScaleOptimizer) and isinstance(obj, OptimizerV2)
 
 
-def is_sharded_variable(var: Any) -> bool:
-    return isinstance(var, tf.__internal__.distribute.ShardedVariable)
 
 
 def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:

@@ -65,7 +65,6 @@ import tensorflow as tf
 from optimizers.config import deserialize_optimizer
 from optimizers.keras_compat import (
     create_hypers,
-    distributed_container,
     hyper_dict,
     install_loss_scale_saving,
     install_restored_optimizer_link,
@@ -73,8 +72,8 @@ from optimizers.keras_compat import (
     is_loss_scale_optimizer,
     loss_scale_variables,
     restored_child,
-    variable_key,
 )
+from optimizers.tf_compat import distributed_container, variable_key
 
 __all__ = ["SavesState", "keeps_state", "save_own_variables", "load_own_variables", "initial_slot_value",
            "has_loaded_slot", "record_restored_slot", "restore_inner_slots", "saved_name", "slot_index",

@@ -112,7 +112,7 @@ def get_slots(optimizer: Any, var: tf.Variable, specs: Iterable[SlotSpec], prefi
     for spec in specs:
         slot = optimizer.get_slot(var, prefix + spec.name)
         if isinstance(slot, tf.distribute.DistributedValues):
-            from optimizers.keras_compat import on_this_device
+            from optimizers.tf_compat import on_this_device
 
             slot = on_this_device(slot)  # the replica being updated
         out[spec.name] = slot
@@ -131,7 +131,8 @@ def slot_memory(optimizer: Any) -> dict[str, int]:
         ``{slot_name: bytes}``, sorted by slot name, a name two of the optimizers
         use summed; empty before the first step.
     """
-    from optimizers.keras_compat import is_sharded_variable, optimizer_chain, slot_dict
+    from optimizers.keras_compat import slot_dict
+    from optimizers.tf_compat import is_sharded_variable, optimizer_chain
 
     totals: dict[str, int] = {}
     for each in optimizer_chain(optimizer):

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import re
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
 
 from optimizers import config as config_lib
-from optimizers.keras_compat import distributed_container, logical_variable, variable_key, variable_name
 from optimizers.rule import REDUCTIONS, UpdateRule
 from optimizers.slots import SlotSpec
+from optimizers.tf_compat import distributed_container, logical_variable, variable_key, variable_name
 from optimizers.weight_decay import VariableMask
 
 __all__ = [
@@ -42,8 +43,6 @@ __all__ = [
     "get_updater",
     "Routing",
 ]
-
-_ATTR = "_custom_optimizer_v2_updater"
 
 
 class VariableUpdater(UpdateRule):
@@ -200,6 +199,14 @@ def check_updater(updater: object, argument: str = "updater") -> UpdateRule:
 
 # Bumped by set_updater: optimizers resolve each variable's rule once, and again after it.
 _attachments = [0]
+# The updaters attached by set_updater: {id(variable): (weak reference to it, updater)}, held beside
+# the variables, never on them, and dropped with the variable.
+_ATTACHED: dict[int, tuple[weakref.ref, UpdateRule]] = {}
+
+
+def _attached(var: Any) -> UpdateRule | None:
+    entry = _ATTACHED.get(id(var))
+    return entry[1] if entry is not None and entry[0]() is var else None
 
 
 def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
@@ -208,7 +215,13 @@ def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
         check_updater(updater)
     if not isinstance(var, tf.Variable):
         raise TypeError(f"`var` must be a tf.Variable. Received: var={var!r}")
-    object.__setattr__(distributed_container(var), _ATTR, updater)
+    container = distributed_container(var)
+    if updater is None:
+        _ATTACHED.pop(id(container), None)
+    else:
+        if _attached(container) is None:
+            weakref.finalize(container, _ATTACHED.pop, id(container), None)
+        _ATTACHED[id(container)] = (weakref.ref(container), updater)
     _attachments[0] += 1
 
 
@@ -217,66 +230,13 @@ def get_updater(var: tf.Variable) -> UpdateRule | None:
     ``overwrite_with_gradient`` attribute, or ``None``."""
     candidates = (var, distributed_container(var), logical_variable(var))  # a shard: its sharded table's
     for candidate in candidates:
-        updater = getattr(candidate, _ATTR, None)
+        updater = _attached(candidate)
         if updater is not None:
             return updater
     for candidate in candidates:
         if getattr(candidate, "overwrite_with_gradient", False) is True:
             return OverwriteWithGradient()
     return None
-
-
-def check_whole_variables(rule_of: Any, var_list: list) -> None:
-    """Refuse a shard of a ``ShardedVariable`` (``ParameterServerStrategy``'s ``variable_partitioner``)
-    whose rule reads whole-variable statistics (``UpdateRule.whole_variable``), before any state changes."""
-    for var in var_list:
-        rule = rule_of(var)
-        table = logical_variable(var)
-        if getattr(rule, "whole_variable", False) and table is not distributed_container(var):
-            raise ValueError(
-                f"{type(rule).__name__} reads statistics of a whole variable (a norm or factored moments), but "
-                f"{variable_name(var)!r} is split into shards by the strategy's `variable_partitioner`, and each shard "
-                f"would be updated with its own statistics. Keep this variable in one shard (a partitioner that "
-                f"leaves it whole), or route it to an element-wise rule with `updaters=`. Received: "
-                f"var={var.name!r}, a shard of shape {var.shape.as_list()} of a table of shape "
-                f"{table.shape.as_list()}")
-
-
-def before_sum(grad: Any, reduction: str, replica_id: Any, num_replicas: int) -> Any:
-    """Turn ``grad`` into what a cross-replica SUM must see to yield ``reduction``.
-
-    Updater gradients travel in the optimizer's one SUM all-reduce together with
-    the ordinary gradients (so every replica issues the same collectives in the
-    same order): ``"mean"`` is the sum divided afterwards; ``"max"`` puts each
-    replica's value in its own row of a zero stack, whose sum holds every
-    replica's value. A sparse gradient sums its repeated rows first: the
-    replicas' slices are then concatenated by the all-reduce, one per replica
-    that touched a row, and :func:`after_sum` reduces each row over those.
-    """
-    if isinstance(grad, tf.IndexedSlices) and reduction in ("mean", "max"):
-        rows, position = tf.unique(grad.indices)
-        return tf.IndexedSlices(tf.math.unsorted_segment_sum(grad.values, position, tf.shape(rows)[0]), rows,
-                                grad.dense_shape)
-    if reduction != "max":
-        return grad
-    grad = tf.convert_to_tensor(grad)
-    one_hot = tf.one_hot(replica_id, num_replicas, dtype=grad.dtype)
-    return tf.reshape(one_hot, [num_replicas] + [1] * grad.shape.rank) * tf.expand_dims(grad, 0)
-
-
-def after_sum(summed: Any, reduction: str, num_replicas: int) -> Any:
-    """Finish :func:`before_sum`'s reduction on the summed value: a row of a sparse gradient
-    takes the mean or max of the values sent by the replicas that touched it (the others sent
-    none: a row one replica touched keeps its value)."""
-    if isinstance(summed, tf.IndexedSlices) and reduction in ("mean", "max"):
-        rows, position = tf.unique(summed.indices)
-        reduce = tf.math.unsorted_segment_max if reduction == "max" else tf.math.unsorted_segment_mean
-        return tf.IndexedSlices(reduce(summed.values, position, tf.shape(rows)[0]), rows, summed.dense_shape)
-    if reduction == "max":
-        return tf.reduce_max(summed, axis=0)
-    if reduction == "mean":
-        return summed / num_replicas
-    return summed
 
 
 def _exact_pattern(name: str) -> str:

@@ -38,10 +38,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import option_change_error
-from optimizers.keras_compat import distributed_container, variable_key
+from optimizers.hyperparameters import check_bool, option_change_error
+from optimizers.tf_compat import distributed_container, variable_key
 
-__all__ = ["VariableMask", "DecoupledWeightDecay", "PLACEMENTS", "check_patterns", "exclude_attribute"]
+__all__ = ["VariableMask", "DecoupledWeightDecay", "PLACEMENTS", "check_patterns", "decay_policy", "exclude_attribute",
+           "scale_attribute"]
 
 PLACEMENTS = ("before", "inside", "none")
 
@@ -126,9 +127,7 @@ class DecoupledWeightDecay:
 
     def __init__(self, exclude_from_weight_decay: Iterable[str] | None = None, scale_by_lr: bool = False) -> None:
         patterns = check_patterns("exclude_from_weight_decay", exclude_from_weight_decay)
-        if not isinstance(scale_by_lr, bool):
-            raise TypeError(f"`scale_weight_decay_by_lr` must be a bool. Received: "
-                            f"scale_weight_decay_by_lr={scale_by_lr!r}")
+        check_scale_by_lr(None, scale_by_lr)
         self.exclude = VariableMask(patterns, "exclude_from_weight_decay")
         self.scale_by_lr = scale_by_lr
         self._decided = False  # whether a step was built with this policy (``exclude``, ``scale_by_lr``)
@@ -213,3 +212,52 @@ def exclude_attribute(holder: str) -> property:
     return property(get, set, doc="Regexes searched in ``var.name``: matching variables are not decayed "
                                   "(a tuple, or ``None``). Set it before the first step; after, only to "
                                   "the same list.")
+
+
+def check_scale_by_lr(owner: Any, value: Any) -> None:
+    """Refuse ``scale_weight_decay_by_lr=value`` for ``owner``: not a bool, or ``True`` where the rule
+    multiplies its decay by the learning rate itself (``owner.decay_scaled_by_rule``)."""
+    check_bool("scale_weight_decay_by_lr", value)
+    if value and getattr(owner, "decay_scaled_by_rule", False):
+        raise ValueError(f"{type(owner).__name__}'s rule multiplies its weight decay by the learning rate "
+                         f"already. Received: scale_weight_decay_by_lr={value!r}")
+
+
+def decay_policy(owner: Any, weight_decay: Any, exclude_from_weight_decay: Any,
+                 scale_by_lr: bool) -> DecoupledWeightDecay | None:
+    """The :class:`DecoupledWeightDecay` of a template optimizer ``owner`` built with these
+    arguments (``None`` without ``weight_decay``), refusing what its placement cannot take."""
+    check_scale_by_lr(owner, scale_by_lr)
+    placement = owner.weight_decay_placement
+    if placement not in PLACEMENTS:
+        raise ValueError(f"`weight_decay_placement` of {type(owner).__name__} must be one of {PLACEMENTS}. "
+                         f"Received: weight_decay_placement={placement!r}")
+    if weight_decay is None:
+        refuse_exclude_without_decay(exclude_from_weight_decay)
+        return None
+    if placement == "none":
+        raise TypeError(f"{type(owner).__name__} takes no weight decay. Received: weight_decay={weight_decay!r}")
+    return DecoupledWeightDecay(exclude_from_weight_decay, scale_by_lr)
+
+
+def scale_attribute(holder: str) -> property:
+    """The public ``scale_weight_decay_by_lr`` of an optimizer whose :class:`DecoupledWeightDecay`
+    is its attribute ``holder``, as :func:`exclude_attribute` is its ``exclude_from_weight_decay``."""
+
+    def get(self: Any) -> bool:
+        decay = self.__dict__.get(holder)
+        return False if decay is None else decay.scale_by_lr
+
+    def set(self: Any, value: bool) -> None:
+        check_scale_by_lr(self, value)
+        decay = self.__dict__.get(holder)
+        if decay is not None:
+            decay.set_scale_by_lr(value, type(self).__name__)
+        elif value:
+            raise ValueError(f"`scale_weight_decay_by_lr` cannot be set on {type(self).__name__}, built without "
+                             "weight decay (its step has none to scale): give `weight_decay` to the constructor. "
+                             f"Received: scale_weight_decay_by_lr={value!r}")
+
+    return property(get, set, doc="Whether the weight decay is multiplied by the learning rate (``False`` "
+                                  "without weight decay). Set it before the first step; after, only to the "
+                                  "same value.")

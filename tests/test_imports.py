@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -73,3 +75,63 @@ def test_nothing_inside_optimizers_imports_the_top_level_slots():
             offenders += [f"{name}: {target}" for target in names if target == "slots" or
                           (target or "").startswith("slots.")]
     assert offenders == []
+
+
+#: The Keras-free core: the rule protocol, hyperparameters, slots, weight decay, the step's
+#: execution (kernels, compiled steps, plain ops) and TensorFlow's internals. The Keras adapters
+#: (the template, wrappers, saving, config) are built on it.
+CORE = ("optimizers.rule", "optimizers.hyperparameters", "optimizers.slots", "optimizers.weight_decay",
+        "optimizers.compiled", "optimizers.execution", "optimizers.kernels", "optimizers.kernels.cache",
+        "optimizers.tf_compat")
+
+
+def test_the_core_imports_only_the_core_at_its_top():
+    modules = _modules()
+    outside = {name: sorted(target for target in _top_level_imports(modules[name], modules) if target not in CORE)
+               for name in CORE}
+    assert {name: targets for name, targets in outside.items() if targets} == {}
+
+
+def _top_level_imports(path: str, modules: dict[str, str]) -> set[str]:
+    tree = ast.parse(open(path).read())
+    top = ast.Module(body=[node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))],
+                     type_ignores=[])
+    out = set()
+    for node in ast.walk(top):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                       for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {name for name in out if name in modules or name.split(".")[0] in ("keras", "tf_keras")}
+
+
+def test_the_core_loads_and_steps_where_no_keras_can_be_imported():
+    """The core's modules, loaded without the package's ``__init__`` (which brings the Keras 2
+    adapter) in a process where ``import keras`` and ``import tf_keras`` fail, run a rule's step."""
+    script = f"""
+import importlib, sys, types
+sys.modules["keras"] = None
+sys.modules["tf_keras"] = None
+package = types.ModuleType("optimizers")
+package.__path__ = [{os.path.join(ROOT, "optimizers")!r}]
+sys.modules["optimizers"] = package
+for name in {CORE!r}:
+    importlib.import_module(name)
+import tensorflow as tf
+from optimizers.rule import UpdateRule
+
+class PlainSGD(UpdateRule):
+    def __init__(self):
+        self.add_hyperparameter("learning_rate", 0.5, low=0.0)
+    def update_dense(self, grad, var, slots, coefficients):
+        return var.assign_sub(coefficients["learning_rate"] * grad)
+
+var = tf.Variable([1.0, 2.0])
+rule = PlainSGD()
+rule.apply_dense(tf.constant([1.0, -1.0]), var, {{}}, rule.step_coefficients(tf.float32, tf.constant(0, tf.int64)))
+print(var.numpy().tolist(), sorted(m for m in sys.modules if m.split(".")[0] in ("keras", "tf_keras") and sys.modules[m]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[0.5, 2.5] []"

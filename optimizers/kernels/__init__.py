@@ -43,8 +43,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.keras_compat import in_xla_context
 from optimizers.kernels.cache import LibraryCache
+from optimizers.tf_compat import in_xla_context
 
 __all__ = ["op", "fused_adam", "enabled", "library_path", "build", "DTYPES", "SWITCH"]
 

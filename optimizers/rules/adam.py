@@ -8,7 +8,8 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import kernels
-from optimizers.hyperparameters import check_bool, check_epsilon, constructor_epsilon
+from optimizers.hyperparameters import check_bool, check_epsilon
+from optimizers.keras2_hyperparameters import constructor_epsilon
 from optimizers.rule import kernel_if_unchanged, library_kernel
 from optimizers.template import CustomOptimizerV2
 

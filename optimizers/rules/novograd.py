@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.compiled import alone, signature
-from optimizers.hyperparameters import check_bool, check_epsilon, check_number, constructor_epsilon
+from optimizers.hyperparameters import check_bool, check_epsilon, check_number
+from optimizers.keras2_hyperparameters import constructor_epsilon
 from optimizers.rule import kernel_if_unchanged, library_kernel, sum_of_squares
 from optimizers.slots import SlotSpec
 from optimizers.template import CustomOptimizerV2

@@ -8,7 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_bool, check_epsilon, check_number, constructor_epsilon
+from optimizers.hyperparameters import check_bool, check_epsilon, check_number
+from optimizers.keras2_hyperparameters import constructor_epsilon
 from optimizers.keras_compat import keras
 from optimizers.rule import library_kernel
 from optimizers.template import CustomOptimizerV2

@@ -13,49 +13,26 @@ from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers.base import OptimizerBase, check_grads_and_vars, index_checks
 from optimizers.execution import AfterStep
-from optimizers.hyperparameters import Hyperparameters, check_number
+from optimizers.hyperparameters import Hyperparameters
 from optimizers.keras_compat import (
     OptimizerV2,
+    adopt_iterations,
     aggregate_gradients,
     create_all_weights,
-    hyper_dict,
-    maybe_merge_call,
+    optimizer_name,
+    own_weights,
     track,
     transform_unaggregated_gradients,
-    variable_key,
 )
 from optimizers.template import CustomOptimizerV2
+from optimizers.tf_compat import maybe_merge_call, variable_key
 from optimizers.updaters import get_updater
+from optimizers.wrappers.delegation import CLIP_KWARGS, InnerAttributes, check_clipping, declares
 
 __all__ = ["OptimizerWrapper"]
 
-_CLIP_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm")
 
-
-def _check_clipping(inner: Any, clipping: dict[str, Any]) -> None:
-    """Refuse ``clipping`` (``{key: value}``) for ``inner`` before anything is set: each value a
-    number >= 0 or ``None``, and never ``clipnorm`` with ``global_clipnorm`` (Keras 2 refuses the pair)."""
-    for key, value in clipping.items():
-        if value is not None:
-            check_number(key, value, low=0.0)
-    merged = {key: getattr(inner, key, None) for key in ("clipnorm", "global_clipnorm")} | clipping
-    if merged["clipnorm"] is not None and merged["global_clipnorm"] is not None:
-        raise ValueError("Cannot accept both `clipnorm` and `global_clipnorm` (with the inner optimizer's). "
-                         f"Received: clipnorm={merged['clipnorm']!r}, global_clipnorm={merged['global_clipnorm']!r}")
-
-
-def _declares(optimizer: Any, name: str) -> bool:
-    """Whether public attribute ``name`` is ``optimizer``'s (a hyperparameter, an option, another
-    argument it keeps) or, for a wrapper, that of the optimizer it wraps, at any depth."""
-    if name.startswith("_"):
-        return False
-    if isinstance(optimizer, OptimizerWrapper):
-        return optimizer._owns(name) or _declares(optimizer.inner_optimizer, name)
-    return (name in hyper_dict(optimizer) or name in vars(optimizer) or name in getattr(optimizer, "hyperparameter_names", ())
-            or isinstance(getattr(type(optimizer), name, None), property))  # exclude_from_weight_decay...
-
-
-class OptimizerWrapper(Hyperparameters, OptimizerBase):
+class OptimizerWrapper(InnerAttributes, Hyperparameters, OptimizerBase):
     r"""Base class of optimizers that act around each step of another one.
 
     The wrapped (*inner*) optimizer may be any Keras 2 optimizer: built-in,
@@ -161,15 +138,15 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
             raise TypeError(f"`jit_compile` must be a bool. Received: jit_compile={jit_compile!r}")
         clipping = {}
         for key, value in kwargs.items():
-            if key not in _CLIP_KWARGS:
+            if key not in CLIP_KWARGS:
                 raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument `{key}`. Received: "
-                                f"{key}={value!r}. Allowed: {', '.join(_CLIP_KWARGS)}, jit_compile.")
+                                f"{key}={value!r}. Allowed: {', '.join(CLIP_KWARGS)}, jit_compile.")
             if value is not None:
                 if getattr(inner, key) is not None:
                     raise ValueError(f"`{key}` is set both on the wrapper and on the inner optimizer. "
                                      f"Received: {key}={value!r}")
                 clipping[key] = value
-        _check_clipping(inner, clipping)
+        check_clipping(inner, clipping)
         super().__init__(name)
         self.jit_compile = jit_compile
         self._optimizer = inner
@@ -185,7 +162,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         """Declare hyperparameter ``name`` (call in ``__init__``, after ``super().__init__``); not
         one the inner optimizer declares, whose attribute the wrapper's reads and sets."""
         inner = self.__dict__.get("_optimizer")
-        if inner is not None and _declares(inner, name):
+        if inner is not None and declares(inner, name):
             raise ValueError(f"Hyperparameter name {name!r} is taken: the wrapped "
                              f"{type(inner).__name__} declares it, and the wrapper's `{name}` reads and sets "
                              f"the inner one's. Name it otherwise. Received: {name}={value!r}")
@@ -239,9 +216,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def iterations(self) -> tf.Variable:
         """The inner optimizer's step counter (one variable, shared)."""
         iterations = self._optimizer.iterations
-        if self._iterations is None:
-            self._iterations = iterations
-            track(self, iterations, "iter")  # where Keras 2's and TFA's checkpoints keep it
+        adopt_iterations(self, iterations)
         return iterations
 
     @iterations.setter
@@ -249,66 +224,11 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         self._optimizer.iterations = variable
 
     @property
-    def learning_rate(self) -> Any:
-        """The inner optimizer's learning rate (read and set)."""
-        return self._optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, value: Any) -> None:
-        self._optimizer.learning_rate = value
-
-    lr = learning_rate
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            inner = self.__dict__.get("_optimizer")
-            if inner is None or name.startswith("_"):
-                raise
-            return getattr(inner, name)  # the inner optimizer's hyperparameters and methods
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        inner = self.__dict__.get("_optimizer")
-        if inner is not None and not self._owns(name) and _declares(inner, name):
-            setattr(inner, name, value)  # the inner optimizer checks it (and refuses options after a step)
-        else:
-            super().__setattr__(name, value)
-
-    def _owns(self, name: str) -> bool:
-        """Whether attribute ``name`` is the wrapper's own: set on it, declared by it, an argument
-        of its constructor, or defined by its class (``learning_rate``, ``clipnorm``...)."""
-        return (name in self.__dict__ or name in self.hyperparameter_names or hasattr(type(self), name)
-                or name in config_lib.signature_parameters(type(self)))
-
-    clipnorm = property(lambda self: self._inner_clipping("clipnorm"),
-                        lambda self, value: self._set_clipping("clipnorm", value),
-                        doc="The inner optimizer's ``clipnorm`` (read and set).")
-    clipvalue = property(lambda self: self._inner_clipping("clipvalue"),
-                         lambda self, value: self._set_clipping("clipvalue", value),
-                         doc="The inner optimizer's ``clipvalue`` (read and set).")
-    global_clipnorm = property(lambda self: self._inner_clipping("global_clipnorm"),
-                               lambda self, value: self._set_clipping("global_clipnorm", value),
-                               doc="The inner optimizer's ``global_clipnorm`` (read and set).")
-
-    def _inner_clipping(self, key: str) -> Any:
-        inner = self.__dict__.get("_optimizer")
-        return getattr(inner, key) if inner is not None else self.__dict__.get("_" + key)
-
-    def _set_clipping(self, key: str, value: Any) -> None:
-        inner = self.__dict__.get("_optimizer")
-        if inner is None:  # OptimizerV2.__init__ sets them (to None) before the inner optimizer is known
-            getattr(OptimizerV2, key).fset(self, value)
-            return
-        _check_clipping(inner, {key: value})
-        setattr(inner, key, value)
-
-    @property
     def weights(self) -> list[tf.Variable]:
         """``iterations``, the wrapper's slots, then the inner optimizer's other
         weights (TFA's order, so ``.h5`` files saved with TFA load)."""
         iterations = self.iterations
-        return [iterations] + self._weights + [w for w in self._optimizer.weights if w is not iterations]
+        return [iterations] + own_weights(self) + [w for w in self._optimizer.weights if w is not iterations]
 
     def variables(self) -> list[tf.Variable]:
         return self.weights
@@ -362,8 +282,8 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
         """
         grads_and_vars = check_grads_and_vars(grads_and_vars)
         var_list = [v for g, v in grads_and_vars if g is not None]
-        with tf.name_scope(self._name), tf.init_scope():
-            self._create_all_weights(var_list)
+        with tf.name_scope(optimizer_name(self)), tf.init_scope():
+            create_all_weights(self, var_list)
         # Checked before the inner step: the wrapper's hyperparameters, as after_step will read them.
         checks = index_checks(grads_and_vars) + self.checked_hyperparameters(self.iterations)
         # An inner optimizer that may skip a step (skip_non_finite) does not count it: then neither do we.
@@ -429,7 +349,7 @@ class OptimizerWrapper(Hyperparameters, OptimizerBase):
     def get_config(self) -> dict[str, Any]:
         """The wrapper's arguments, the inner optimizer's config nested."""
         config = super().get_config()
-        for key in _CLIP_KWARGS:  # the inner optimizer's, in its own config
+        for key in CLIP_KWARGS:  # the inner optimizer's, in its own config
             config.pop(key, None)
         if not self.jit_compile:
             config["jit_compile"] = False

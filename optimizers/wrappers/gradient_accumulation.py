@@ -19,13 +19,18 @@ from optimizers import compiled
 from optimizers.base import after_checks, all_finite, check_grads_and_vars, index_checks
 from optimizers.keras_compat import (
     aggregate_gradients,
-    aggregates_in_apply_only,
+    create_all_weights,
     create_hypers,
     hyper_dict,
+    optimizer_name,
+    set_hyper,
+    transform_unaggregated_gradients,
+)
+from optimizers.tf_compat import (
+    aggregates_in_apply_only,
     is_plain_resource_variable,
     maybe_merge_call,
     optimizer_chain,
-    transform_unaggregated_gradients,
     variable_key,
 )
 from optimizers.wrappers.base import OptimizerWrapper
@@ -130,7 +135,7 @@ class GradientAccumulation(OptimizerWrapper):
         _check_steps(accumulation_steps)
         super().__init__(optimizer, name, **kwargs)
         self.add_option("accumulation_steps", int(accumulation_steps), _check_steps)
-        self._set_hyper(_COUNT, 0.0)  # a float32 variable, saved in every format like a hyperparameter
+        set_hyper(self, _COUNT, 0.0)  # a float32 variable, saved in every format like a hyperparameter
 
     @property
     def accumulated_steps(self) -> tf.Variable:
@@ -179,8 +184,8 @@ class GradientAccumulation(OptimizerWrapper):
         if self.__dict__.setdefault("_accumulated_keys", keys) != keys:  # an accumulator would miss a call
             raise ValueError("GradientAccumulation needs gradients for the same variables at every call (as "
                              f"model.fit gives). Received gradients for {sorted(v.name for _, v in pairs)}")
-        with tf.name_scope(self._name), tf.init_scope():
-            self._create_all_weights([v for _, v in pairs])
+        with tf.name_scope(optimizer_name(self)), tf.init_scope():
+            create_all_weights(self, [v for _, v in pairs])
         # Before the accumulators change (eagerly: raised here).
         checks = index_checks(pairs) + _hyperparameter_checks(self._optimizer)
         with tf.control_dependencies(checks if not tf.executing_eagerly() else []):

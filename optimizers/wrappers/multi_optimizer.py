@@ -17,19 +17,12 @@ import tensorflow as tf
 
 from optimizers import config as config_lib
 from optimizers.base import check_grads_and_vars
-from optimizers.keras_compat import (
-    KERAS3_HINT,
-    OptimizerV2,
-    create_hypers,
-    is_keras3_object,
-    is_parameter_server,
-    keras,
-    variable_key,
-    variable_name,
-)
+from optimizers.keras_compat import KERAS3_HINT, OptimizerV2, create_hypers, is_keras3_object, keras
 from optimizers.rule import REDUCTIONS, UpdateRule
-from optimizers.template import CustomOptimizerV2, as_alone
+from optimizers.template import CustomOptimizerV2
+from optimizers.tf_compat import is_parameter_server, variable_key, variable_name
 from optimizers.updaters import VariableUpdater, get_updater
+from optimizers.variable_rules import as_alone
 from optimizers.wrappers.base import OptimizerWrapper
 
 __all__ = ["MultiOptimizer"]
@@ -219,7 +212,7 @@ class MultiOptimizer(CustomOptimizerV2):
         self._rule_by_key = {key: pair["optimizer"] for pair in self._pairs for key in pair["keys"] or ()}
         self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs if pair["keys"] is None
                               for name in pair["weights"]}
-        self._checkpoint_routed({f"optimizer_specs[{i}]": pair["optimizer"] for i, pair in enumerate(self._pairs)})
+        self._rules.track_routed({f"optimizer_specs[{i}]": pair["optimizer"] for i, pair in enumerate(self._pairs)})
 
     clipnorm = property(OptimizerV2.clipnorm.fget, lambda self, value: _refuse_clipping(self, "clipnorm", value))
     clipvalue = property(OptimizerV2.clipvalue.fget, lambda self, value: _refuse_clipping(self, "clipvalue", value))

@@ -298,8 +298,8 @@ def test_keras3_compile_error_says_the_fix():
     with pytest.raises(ValueError) as error:
         model.compile(optimizer=optimizers.AdamW(weight_decay=0.01), loss="mse")
     expected = ("Could not interpret optimizer identifier: <optimizers.rules.adamw.AdamW name='AdamW': "
-                "a Keras 2 (OptimizerV2) optimizer, for tf_keras models: build the model with "
-                "`import tf_keras as keras`, not Keras 3's `import keras`>")
+                "a Keras 2 (OptimizerV2) optimizer, for tf_keras models; a Keras 3 model (`import keras`) "
+                "takes the class of the same name from `optimizers.keras3`>")
     assert str(error.value) == expected
     assert f"ValueError: {expected}" in open(os.path.join(DOCS, "index.md")).read()
 

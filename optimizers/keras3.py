@@ -1,0 +1,240 @@
+"""This library's optimizers as Keras 3 optimizers (``keras.optimizers.Optimizer`` subclasses).
+
+Keras 3 models (``import keras``: TensorFlow 2.16+'s ``tf.keras``) take these::
+
+    import keras
+    from optimizers import keras3 as optimizers
+
+    model.compile(optimizer=optimizers.AdamW(weight_decay=1e-4, learning_rate=1e-3), loss=...)
+
+Each class has the name, signature and numbers of the Keras 2 class of the same name (the same
+rule runs: :class:`~optimizers.UpdateRule`'s hooks, its kernels and compiled steps, through
+``optimizers/execution.py``), plus Keras 3's own options: ``clipnorm``, ``clipvalue``,
+``global_clipnorm``, ``use_ema``, ``ema_momentum``, ``ema_overwrite_frequency``,
+``loss_scale_factor`` and ``gradient_accumulation_steps``. :func:`keras3_class` makes the Keras 3
+class of any :class:`~optimizers.CustomOptimizerV2` subclass that uses only the public hooks.
+
+Runs on Keras 3's TensorFlow backend (``KERAS_BACKEND=tensorflow``, the default).
+The optimizer's learning rate is Keras 3's (a float, a ``keras.optimizers.schedules``
+schedule, or a callable; ``ReduceLROnPlateau`` and ``LearningRateScheduler`` set it); every other
+hyperparameter is the rule's, read and set as an attribute of the same name. Weight decay is
+the rule's (TensorFlow Addons' by default, ``scale_weight_decay_by_lr=True`` for Keras 3's),
+never Keras 3's own on top of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from typing import Any
+
+import tensorflow as tf
+
+from optimizers import config as config_lib
+from optimizers import rules as rules_lib
+from optimizers import slots as slots_lib
+from optimizers.execution import StepRunner
+from optimizers.keras_compat import create_hypers, hyper_dict
+from optimizers.template import CustomOptimizerV2
+from optimizers.tf_compat import on_this_device
+
+try:
+    import keras
+except ImportError as error:  # pragma: no cover - a stack without Keras 3
+    raise ImportError("optimizers.keras3 needs Keras 3 (`pip install keras`, brought by TensorFlow 2.16+)") from error
+if not keras.__version__.startswith("3"):  # TensorFlow <= 2.15 brings Keras 2 as `keras`
+    raise ImportError(f"optimizers.keras3 needs Keras 3; this environment has Keras {keras.__version__}: "
+                      "use the Keras 2 classes of `optimizers` instead")
+
+__all__ = ["keras3_class", *rules_lib.__all__]
+
+#: The arguments Keras 3's ``Optimizer`` takes for itself (the rule never sees them).
+KERAS3_ARGUMENTS = ("clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
+                    "ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps")
+
+
+class _Rule:
+    """Holds the rule out of Keras 3's and TensorFlow's attribute tracking (a Keras 2 optimizer
+    object: its own state is not the Keras 3 optimizer's), with the runner of its updates
+    (``optimizers/execution.py``) and the step's coefficients."""
+
+    def __init__(self, rule: CustomOptimizerV2, runner: StepRunner) -> None:
+        self.rule, self.runner, self.coefficients = rule, runner, {}
+
+
+class RuleOptimizer(keras.optimizers.Optimizer):
+    """A Keras 3 optimizer that runs the rule of a template optimizer class (``rule_class``)."""
+
+    rule_class: type[CustomOptimizerV2]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(f"{type(self).__name__} runs on Keras 3's TensorFlow backend (KERAS_BACKEND=tensorflow). "
+                             f"Received: the {keras.backend.backend()!r} backend")
+        own = {key: kwargs.pop(key) for key in KERAS3_ARGUMENTS if key in kwargs}
+        rule = self.rule_class(*args, **kwargs)
+        learning_rate = hyper_dict(rule)["learning_rate"] if self.has_learning_rate() else 0.0
+        super().__init__(learning_rate=learning_rate, name=rule.rule_name, **own)
+        self._held = _Rule(rule, StepRunner(self._inputs_of, self._steps_taken))
+        if self.has_learning_rate():
+            rule.learning_rate = lambda: self.learning_rate  # Keras 3's, evaluated at the step
+
+    @classmethod
+    def has_learning_rate(cls) -> bool:
+        return "learning_rate" in inspect.signature(cls.rule_class.__init__).parameters
+
+    @property
+    def rule(self) -> CustomOptimizerV2:
+        """The Keras 2 optimizer whose rule, hyperparameters and options this one runs."""
+        return self.__dict__["_held"].rule
+
+    # ----------------------------------------------------------- attributes
+    def _is_rule_attribute(self, name: str) -> bool:
+        held = self.__dict__.get("_held")
+        return (held is not None and not name.startswith("_") and name != "learning_rate"
+                and (name in held.rule.hyperparameter_names or name in config_lib.signature_parameters(self.rule_class)))
+
+    def __getattr__(self, name: str) -> Any:
+        if self._is_rule_attribute(name):
+            return getattr(self.rule, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._is_rule_attribute(name):
+            setattr(self.rule, name, value)  # the rule checks it (and refuses options after a step)
+        else:
+            super().__setattr__(name, value)
+
+    @property
+    def weight_decay(self) -> Any:
+        """The rule's weight decay (``None`` without); Keras 3's own never applies on top of it."""
+        held = self.__dict__.get("_held")
+        return None if held is None or held.rule.weight_decay_policy is None else held.rule.weight_decay
+
+    @weight_decay.setter
+    def weight_decay(self, value: Any) -> None:
+        if self.__dict__.get("_held") is not None:  # Keras 3's __init__ sets its own (None): not ours
+            self.rule.weight_decay = value
+
+    def _apply_weight_decay(self, variables: list) -> None:
+        """None: the rule decays its variables in its own step, in its own order."""
+
+    def exclude_from_weight_decay(self, var_list: Any = None, var_names: Any = None) -> None:
+        """Keras 3's call, on the rule's ``exclude_from_weight_decay`` regexes: each of
+        ``var_names`` is searched in variable names, each variable of ``var_list`` matched by name."""
+        patterns = list(self.rule.exclude_from_weight_decay or ())
+        patterns += list(var_names or ()) + [f"^{re.escape(v.value.name)}$" for v in var_list or ()]
+        self.rule.exclude_from_weight_decay = patterns
+
+    # ----------------------------------------------------------------- state
+    def build(self, var_list: list) -> None:
+        super().build(var_list)
+        rule = self.rule
+        create_hypers(rule)  # variables: a value set later reaches traced steps
+        rule.lock_options()
+        specs = [slots_lib.as_slot_specs(rule.slot_specs(var.value)) for var in var_list]
+        self._slots = [dict() for _ in var_list]
+        names = list(dict.fromkeys(spec.name for each in specs for spec in each))  # every "m", then every "v"
+        for name in names:
+            for var, each, slots in zip(var_list, specs, self._slots):
+                for spec in each:
+                    if spec.name == name:
+                        slots[name] = self._add_slot(var, spec)
+
+    def _add_slot(self, var: Any, spec: slots_lib.SlotSpec) -> Any:
+        shape = var.shape if spec.shape is None else spec.shape(list(var.shape))
+        initializer = spec.initializer
+        if not isinstance(initializer, str):
+            initializer = functools.partial(_initial_value, spec.initializer)
+        return self.add_variable(shape=shape, initializer=initializer, dtype=var.dtype,
+                                 name=f"{var.path.replace('/', '_')}_{spec.name}")
+
+    # ------------------------------------------------------------------ step
+    def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:
+        self._held.coefficients = {}  # once per (device, dtype) in this step
+        super()._backend_update_step(grads, trainable_variables, learning_rate)
+
+    def _inputs_of(self, var: tf.Variable, apply_state: Any) -> tuple:
+        rule, cache = self.rule, self._held.coefficients
+        slots = {name: on_this_device(slot.value) for name, slot in self._slots[self._get_variable_index(var)].items()}
+        key = (var.device, var.dtype.base_dtype)
+        if key not in cache:
+            with tf.device(var.device):
+                cache[key] = rule.step_coefficients(var.dtype.base_dtype, self._steps_taken())
+        options = rule.options_for(var)
+        return rule, slots, {**cache[key], **options}, options
+
+    def _steps_taken(self) -> Any:
+        """``iterations`` as TensorFlow reads it (a variable, or inside Keras 3's ``cond`` a tensor)."""
+        iterations = self.iterations
+        return iterations.value if isinstance(iterations, keras.Variable) else iterations
+
+    def update_step(self, gradient: Any, variable: tf.Variable, learning_rate: Any) -> Any:
+        if isinstance(gradient, tf.IndexedSlices):  # unique rows, summed, as the rule's update_sparse takes them
+            indices, position = tf.unique(gradient.indices)
+            values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(indices)[0])
+            return self._held.runner.sparse(values, variable, indices, None)
+        return self._held.runner.dense(gradient, variable, None)
+
+    # ---------------------------------------------------------------- config
+    def get_config(self) -> dict[str, Any]:
+        own = super().get_config()
+        config = {key: value for key, value in self.rule.get_config().items()
+                  if key not in ("decay", "clipnorm", "clipvalue", "global_clipnorm", "is_legacy_optimizer")}
+        config.update({key: own[key] for key in ("name", *KERAS3_ARGUMENTS)})
+        if self.has_learning_rate():
+            config["learning_rate"] = own["learning_rate"]
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: dict | None = None) -> RuleOptimizer:
+        config = dict(config)
+        if not cls.has_learning_rate():
+            config.pop("learning_rate", None)
+            return cls(**config)
+        return super().from_config(config, custom_objects)
+
+
+def _initial_value(initializer: Any, shape: Any, dtype: Any = None, **kwargs: Any) -> Any:
+    return initializer(shape, tf.as_dtype(dtype))
+
+
+def keras3_class(rule_class: type[CustomOptimizerV2]) -> type:
+    """The Keras 3 optimizer class of ``rule_class`` (a :class:`~optimizers.CustomOptimizerV2`
+    subclass that uses only the public hooks): the same name, signature and numbers, plus Keras
+    3's own options, registered for ``.keras`` files as ``"optimizers.keras3>Name"``.
+
+    >>> import keras
+    >>> import optimizers
+    >>> from optimizers import keras3
+    >>> AdamW3 = keras3.keras3_class(optimizers.AdamW)
+    >>> isinstance(AdamW3(weight_decay=1e-4), keras.optimizers.Optimizer)
+    True
+    """
+    if not (isinstance(rule_class, type) and issubclass(rule_class, CustomOptimizerV2)):
+        raise TypeError(f"`rule_class` must be a CustomOptimizerV2 subclass. Received: rule_class={rule_class!r}")
+    cls = type(rule_class.__name__, (RuleOptimizer,), {
+        "rule_class": rule_class,
+        "__doc__": f"Keras 3's {rule_class.__name__}: the rule of :class:`optimizers.{rule_class.__name__}`, "
+                   f"its arguments, and Keras 3's own options ({', '.join(KERAS3_ARGUMENTS)}).\n\n"
+                   + (rule_class.__doc__ or ""),
+        "__module__": __name__,
+        "__qualname__": rule_class.__name__,
+    })
+    cls.__signature__ = _signature(rule_class)
+    return keras.saving.register_keras_serializable(package="optimizers.keras3")(cls)
+
+
+def _signature(rule_class: type) -> inspect.Signature:
+    """``rule_class``'s constructor signature, without ``self``, with Keras 3's own keywords."""
+    params = [p for p in inspect.signature(rule_class.__init__).parameters.values()
+              if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None)
+               for key in KERAS3_ARGUMENTS if key not in {p.name for p in params}]
+    return inspect.Signature(params + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+
+
+for _name in rules_lib.__all__:
+    globals()[_name] = keras3_class(getattr(rules_lib, _name))
+del _name

@@ -363,3 +363,22 @@ def test_no_deprecation_warning_by_default():
         for cls in (LAMB, NovoGrad, COCOB, ProximalAdagrad):
             cls()
         ConditionalGradient(0.5)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_lamb_on_bfloat16_variables_follows_the_float32_run(jit_compile):
+    """In bfloat16 0.999 is 1.0: LAMB's coefficients are computed in float32 and rounded, so the step
+    is finite and follows the float32 run within bfloat16's precision (8 bits of mantissa)."""
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=(8, 4)).astype("float32")
+    grads = [rng.normal(size=(8, 4)).astype("float32") for _ in range(5)]
+    runs = {}
+    for dtype in (tf.bfloat16, tf.float32):
+        var = tf.Variable(tf.cast(w0, dtype))
+        opt = LAMB(learning_rate=0.01, jit_compile=jit_compile)
+        for grad in grads:
+            opt.apply_gradients([(tf.cast(grad, dtype), var)])
+        runs[dtype] = tf.cast(var, tf.float32).numpy()
+    assert np.isfinite(runs[tf.bfloat16]).all()
+    assert not np.array_equal(runs[tf.float32], w0)
+    np.testing.assert_allclose(runs[tf.bfloat16], runs[tf.float32], rtol=2e-2, atol=2e-2)

@@ -86,11 +86,16 @@ def serialize_hyperparameter(value: Any) -> Any:
 
 
 def deserialize_values(config: dict[str, Any], custom_objects: dict | None = None) -> dict[str, Any]:
-    """A copy of ``config`` with serialized schedules turned back into schedules."""
+    """A copy of ``config`` with serialized schedules turned back into schedules. A registered
+    schedule class is found by its registered name, also where Keras reads the config the legacy
+    way (``.h5`` files), which looks up the bare class name only."""
     config = dict(config)
     for key, value in list(config.items()):
         if isinstance(value, dict) and "class_name" in value and "config" in value:
-            config[key] = keras.optimizers.schedules.deserialize(value, custom_objects=custom_objects)
+            registered = value.get("registered_name")
+            cls = keras.utils.get_registered_object(registered) if isinstance(registered, str) else None
+            found = custom_objects if cls is None else {value["class_name"]: cls, **(custom_objects or {})}
+            config[key] = keras.optimizers.schedules.deserialize(value, custom_objects=found)
     return config
 
 

@@ -3,7 +3,9 @@ optimizer's class and state, and training on after loading equals training on wi
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+import optimizers
 from integration.optimizers_under_test import BATCH, IDS, OPTIMIZERS, case_model, data
 from optimizers import keras
 
@@ -243,3 +245,38 @@ def test_saving_a_model_makes_no_skipped_steps_counter_without_skip_non_finite(t
     status = tf.train.Checkpoint(model=fresh, optimizer=fresh.optimizer).read(path)
     _fit(fresh, epochs=1)  # creates the slots, which take the restored values
     status.assert_consumed()
+
+
+@keras.utils.register_keras_serializable(package="tests")
+class HalvingSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """A user's schedule, registered: ``lr / (1 + step)``."""
+
+    def __init__(self, learning_rate):
+        self.learning_rate = learning_rate
+
+    def __call__(self, step):
+        return self.learning_rate / (1.0 + tf.cast(step, tf.float32))
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate}
+
+
+@pytest.mark.parametrize("filename", FORMATS)
+@pytest.mark.parametrize("make", ["adamw", "moving_average(adamw)"])
+def test_a_registered_schedule_loads_from_every_format_without_custom_objects(make, filename, tmp_path):
+    """Keras 2 reads an .h5 file's configs by bare class name ("HalvingSchedule"), which its registry
+    keys by registered name ("tests>HalvingSchedule"): the library finds the class by the latter."""
+    adamw = optimizers.AdamW(weight_decay=1e-3, learning_rate=HalvingSchedule(0.05))
+    opt = adamw if make == "adamw" else optimizers.MovingAverage(adamw)
+    net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    net.compile(optimizer=opt, loss="mse")
+    x, y = np.ones((8, 3), "float32"), np.zeros((8, 2), "float32")
+    net.fit(x, y, epochs=1, verbose=0)
+    net.save(str(tmp_path / filename))
+    loaded = keras.models.load_model(str(tmp_path / filename))  # no custom_objects
+    schedule = loaded.optimizer.learning_rate  # a wrapper's is its inner optimizer's
+    assert type(schedule) is HalvingSchedule and schedule.learning_rate == 0.05
+    net.fit(x, y, epochs=1, verbose=0)
+    loaded.fit(x, y, epochs=1, verbose=0)
+    for a, b in zip(net.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -261,6 +261,23 @@ class OptimizerWrapper(InnerAttributes, Hyperparameters, OptimizerBase):
                 if self._unsaved_inner() is not None:
                     saving.restore_inner_slots(self, self._optimizer, var)
 
+    def create_weights(self, var_list: Iterable[tf.Variable]) -> None:
+        """Create, for the variables of ``var_list`` that have none yet, the inner optimizer's
+        weights (step counter, hyperparameters, slots), then the wrapper's slots: what
+        :meth:`apply_gradients` does first. A wrapper that overrides ``apply_gradients`` calls it
+        on every call, before any ``tf.cond`` (variables cannot be created inside one)."""
+        with tf.name_scope(optimizer_name(self)), tf.init_scope():
+            create_all_weights(self, list(var_list))
+
+    def combine_across_replicas(self, grads_and_vars: list) -> list:
+        """``grads_and_vars`` combined across replicas as the inner optimizer combines them (summed;
+        a variable updater's by its ``reduction``), its per-replica transformers first: what the
+        inner ``apply_gradients`` does. A wrapper that overrides ``apply_gradients`` to skip the
+        inner step on some calls combines once per call, before the ``tf.cond`` (every replica
+        must issue the same all-reduce at every call), then calls the inner ``apply_gradients``
+        with ``experimental_aggregate_gradients=False``."""
+        return aggregate_gradients(self._optimizer, transform_unaggregated_gradients(self._optimizer, list(grads_and_vars)))
+
     def wrapped_variables(self) -> list[tf.Variable]:
         """The variables that have the wrapper's slots (created by a step, by
         restoring a checkpoint, or by loading a saved model)."""
@@ -282,8 +299,7 @@ class OptimizerWrapper(InnerAttributes, Hyperparameters, OptimizerBase):
         """
         grads_and_vars = check_grads_and_vars(grads_and_vars)
         var_list = [v for g, v in grads_and_vars if g is not None]
-        with tf.name_scope(optimizer_name(self)), tf.init_scope():
-            create_all_weights(self, var_list)
+        self.create_weights(var_list)
         # Checked before the inner step: the wrapper's hyperparameters, as after_step will read them.
         checks = index_checks(grads_and_vars) + self.checked_hyperparameters(self.iterations)
         # An inner optimizer that may skip a step (skip_non_finite) does not count it: then neither do we.

@@ -18,13 +18,9 @@ import tensorflow as tf
 from optimizers import compiled
 from optimizers.base import after_checks, all_finite, check_grads_and_vars, index_checks
 from optimizers.keras_compat import (
-    aggregate_gradients,
-    create_all_weights,
     create_hypers,
     hyper_dict,
-    optimizer_name,
     set_hyper,
-    transform_unaggregated_gradients,
 )
 from optimizers.tf_compat import (
     aggregates_in_apply_only,
@@ -184,13 +180,12 @@ class GradientAccumulation(OptimizerWrapper):
         if self.__dict__.setdefault("_accumulated_keys", keys) != keys:  # an accumulator would miss a call
             raise ValueError("GradientAccumulation needs gradients for the same variables at every call (as "
                              f"model.fit gives). Received gradients for {sorted(v.name for _, v in pairs)}")
-        with tf.name_scope(optimizer_name(self)), tf.init_scope():
-            create_all_weights(self, [v for _, v in pairs])
+        self.create_weights([v for _, v in pairs])
         # Before the accumulators change (eagerly: raised here).
         checks = index_checks(pairs) + _hyperparameter_checks(self._optimizer)
         with tf.control_dependencies(checks if not tf.executing_eagerly() else []):
             if experimental_aggregate_gradients:
-                pairs = aggregate_gradients(self._optimizer, transform_unaggregated_gradients(self._optimizer, pairs))
+                pairs = self.combine_across_replicas(pairs)
             if not tf.executing_eagerly():
                 pairs = after_checks(pairs, checks)
         kwargs = {k: v for k, v in kwargs.items() if v is not None}

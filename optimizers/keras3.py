@@ -152,7 +152,9 @@ class RuleOptimizer(keras.optimizers.Optimizer):
 
     # ------------------------------------------------------------------ step
     def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:
-        self._held.coefficients = {}  # once per (device, dtype) in this step
+        """Keras 3's hook that runs ``update_step`` for every variable of one step: the rule's
+        coefficients are computed once per (device, dtype) in it."""
+        self._held.coefficients = {}
         super()._backend_update_step(grads, trainable_variables, learning_rate)
 
     def _inputs_of(self, var: tf.Variable, apply_state: Any) -> tuple:

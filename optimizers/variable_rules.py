@@ -27,10 +27,12 @@ __all__ = ["VariableRules", "as_alone", "check_whole_variables", "reduce_gradien
 
 
 class VariableRules:
-    """The rules, slot specs and slots of ``host``'s variables. ``lookup(var)`` is the updater
-    that replaces ``host``'s rule for ``var``, or ``None``; ``host.slot_order`` says how the
-    first step creates ``host``'s own slots (``"slot"``: every variable's ``m``, then every
-    ``v``, the order ``.h5`` files store them in; ``"variable"``: one variable's, then the next)."""
+    """The rules, slot specs and slots of ``host``'s variables. ``routing`` is the host's
+    ``updaters=`` argument; ``host.updater_for(var)`` decides each variable's rule (by
+    default :meth:`routed_rule`; ``MultiOptimizer`` routes by its pairs). ``host.slot_order``
+    says how the first step creates the host's own slots (``"slot"``: every variable's ``m``,
+    then every ``v``, the order ``.h5`` files store them in; ``"variable"``: one variable's,
+    then the next)."""
 
     def __init__(self, host: Any, routing: Routing) -> None:
         self.host, self.routing = host, routing

@@ -134,10 +134,10 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         create_hypers(rule)  # variables: a value set later reaches traced steps
         rule.lock_options()
         specs = [slots_lib.as_slot_specs(rule.slot_specs(var.value)) for var in var_list]
-        self._slots = [dict() for _ in var_list]
+        self._rule_slots = [dict() for _ in var_list]
         names = list(dict.fromkeys(spec.name for each in specs for spec in each))  # every "m", then every "v"
         for name in names:
-            for var, each, slots in zip(var_list, specs, self._slots):
+            for var, each, slots in zip(var_list, specs, self._rule_slots):
                 for spec in each:
                     if spec.name == name:
                         slots[name] = self._add_slot(var, spec)
@@ -159,7 +159,7 @@ class RuleOptimizer(keras.optimizers.Optimizer):
 
     def _inputs_of(self, var: tf.Variable, apply_state: Any) -> tuple:
         rule, cache = self.rule, self._held.coefficients
-        slots = {name: on_this_device(slot.value) for name, slot in self._slots[self._get_variable_index(var)].items()}
+        slots = {name: on_this_device(slot.value) for name, slot in self._rule_slots[self._get_variable_index(var)].items()}
         key = (var.device, var.dtype.base_dtype)
         if key not in cache:
             with tf.device(var.device):

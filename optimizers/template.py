@@ -205,7 +205,6 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerBase):
             self.add_hyperparameter("weight_decay", weight_decay, low=0.0)
 
     exclude_from_weight_decay = exclude_attribute("_weight_decay")
-
     scale_weight_decay_by_lr = scale_attribute("_weight_decay")
 
     # -------------------------------------------------------- hyperparameters

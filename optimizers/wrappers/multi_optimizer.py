@@ -13,11 +13,12 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from optimizers import config as config_lib
 from optimizers.base import check_grads_and_vars
-from optimizers.keras_compat import KERAS3_HINT, OptimizerV2, create_hypers, is_keras3_object, keras
+from optimizers.keras_compat import KERAS3_HINT, OptimizerV2, create_hypers, is_keras3_object, keras, own_weights
 from optimizers.rule import REDUCTIONS, UpdateRule
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import is_parameter_server, variable_key, variable_name
@@ -29,34 +30,62 @@ __all__ = ["MultiOptimizer"]
 
 _REFUSED = ("clipnorm", "clipvalue", "global_clipnorm", "updaters", "lr", "decay")  # each optimizer has its own
 
+# Keras 2 options of the new-style optimizers (tf_keras.optimizers.Optimizer) that a pair's rule has
+# no use for at their defaults: the host compiles the step; the others a pair cannot honour when set.
+_NEW_STYLE_DEFAULTS = {"is_legacy_optimizer": False, "jit_compile": None, "use_ema": False, "ema_momentum": None,
+                       "ema_overwrite_frequency": None, "weight_decay": None}
+
+
+def _builtin_equivalent(optimizer: Any, where: str, from_config: bool) -> CustomOptimizerV2 | None:
+    """This library's class of the same name, built from the config of ``optimizer`` where it is a
+    built-in Keras 2 optimizer (legacy or new-style) that has one here (``Adam``, ``SGD``), fresh;
+    else ``None``. TFA paired such built-ins with layers."""
+    import optimizers as package  # the public classes (imported here: this module is part of the package)
+
+    same_name = getattr(package, type(optimizer).__name__, None)
+    builtin = type(optimizer).__module__.split(".")[0] in ("keras", "tf_keras")
+    if not (builtin and isinstance(same_name, type) and issubclass(same_name, CustomOptimizerV2)):
+        return None
+    legacy = isinstance(optimizer, OptimizerV2)
+    steps = int(optimizer.iterations.numpy()) if (not legacy or own_weights(optimizer)) else 0
+    if steps and not from_config:
+        raise ValueError(f"{where} has taken {steps} steps: a pair's built-in Keras optimizer becomes "
+                         f"optimizers.{same_name.__name__} with its config, and its state would not come along. "
+                         f"Pair a fresh one. Received: {where}={optimizer!r}")
+    config = dict(optimizer.get_config())
+    if not legacy:
+        unsupported = {key: config[key] for key in ("use_ema", "weight_decay") if config.get(key)}
+        if unsupported:
+            raise ValueError(f"{where}: a pair's optimizer cannot take Keras 2's "
+                             f"{', '.join(unsupported)} (use optimizers.AdamW or optimizers.SGDW for weight decay, "
+                             f"MovingAverage around the MultiOptimizer for averages). Received: {unsupported}")
+        config = {key: value.item() if isinstance(value, np.generic) else value  # its learning rate: np.float32
+                  for key, value in config.items() if key not in _NEW_STYLE_DEFAULTS}
+    return same_name.from_config(config)
+
 
 def _as_rule(optimizer: Any, where: str, from_config: bool) -> UpdateRule:
-    """``optimizer`` if it can be a rule. From a config (TFA's included), a built-in Keras 2
-    optimizer becomes this library's class of the same name, which has its numbers."""
+    """``optimizer`` if it can be a rule. A built-in Keras 2 optimizer (given, or named by a config,
+    TFA's included) becomes this library's class of the same name, which has its numbers."""
     if isinstance(optimizer, dict):
         cls = keras.utils.get_registered_object(optimizer.get("class_name", ""))
         if isinstance(cls, type) and issubclass(cls, VariableUpdater):
             optimizer = config_lib.deserialize_object(optimizer, UpdateRule, "variable updater")
         else:
             optimizer = config_lib.deserialize_optimizer(optimizer)
-    import optimizers as package  # the public classes (imported here: this module is part of the package)
-
     keras_optimizer = hasattr(optimizer, "apply_gradients") and not isinstance(optimizer, (UpdateRule, OptimizerWrapper))
-    same_name = getattr(package, type(optimizer).__name__, None) if keras_optimizer else None
-    if not (isinstance(same_name, type) and issubclass(same_name, CustomOptimizerV2)):
-        same_name = None
-    if from_config and same_name is not None and isinstance(optimizer, OptimizerV2):
-        return same_name.from_config(optimizer.get_config())
+    if keras_optimizer and not is_keras3_object(optimizer):
+        equivalent = _builtin_equivalent(optimizer, where, from_config)
+        if equivalent is not None:
+            return equivalent
     if isinstance(optimizer, OptimizerWrapper):
         problem = "is a wrapper, which acts on whole steps: wrap the MultiOptimizer instead, e.g. Lookahead(...)"
     elif is_keras3_object(optimizer):
         problem = "is a Keras 3 optimizer. " + KERAS3_HINT
-    elif same_name is not None:
-        problem = (f"is a built-in Keras optimizer; MultiOptimizer routes each layer's weights to a rule written on "
-                   f"CustomOptimizerV2: use optimizers.{same_name.__name__} (the same numbers, the same arguments)")
     elif keras_optimizer:
-        problem = ("is a built-in Keras optimizer with no equivalent written on CustomOptimizerV2 here; "
-                   "MultiOptimizer routes each layer's weights to such rules (optimizers.Adam, optimizers.SGD...)")
+        problem = ("is a Keras optimizer with no equivalent written on CustomOptimizerV2 here; MultiOptimizer "
+                   "routes each layer's weights to such rules (optimizers.Adam, optimizers.SGD..., or the built-in "
+                   "Keras optimizers of those names, which become them)")
     elif not isinstance(optimizer, UpdateRule):
         problem = "must be an optimizer written on CustomOptimizerV2 or a VariableUpdater"
     else:
@@ -164,9 +193,11 @@ class MultiOptimizer(CustomOptimizerV2):
     optimizer_specs=None, name="MultiOptimizer")``, same config
     (``optimizer_specs``: each optimizer and its weights' names, as
     :meth:`create_optimizer_spec` makes one). Differences:
-    the optimizers are rules (a built-in Keras optimizer is refused with the
-    name of its equivalent here; in a config, TFA's included, it becomes that
-    equivalent); a pair of layers moves those layers' variables, never
+    the optimizers are rules: a built-in Keras optimizer with an equivalent
+    here (``Adam``, ``SGD``, given or in a config, TFA's included) becomes that
+    equivalent, built from its config (so set a pair's hyperparameters on
+    ``optimizer_specs[i]["optimizer"]``), and other Keras optimizers are
+    refused; a pair of layers moves those layers' variables, never
     another weight of the same name (TFA routed by name: a nested model's
     weight in no pair, named like a paired one, moved too), and a pair from a
     config, which has names only, refuses a step in which two variables share

@@ -522,8 +522,11 @@ def test_bad_arguments_name_the_argument_and_repeat_the_value():
         (lambda: SWA(adam(), average_period=2.5), ValueError, r"Received: average_period=2.5"),
         (lambda: GradientAccumulation(adam(), 0), ValueError, r"`accumulation_steps` must be an integer >= 1. Received: accumulation_steps=0"),
         (lambda: GradientAccumulation(adam(), True), ValueError, r"Received: accumulation_steps=True"),
-        (lambda: MultiOptimizer([(keras.optimizers.legacy.Adam(), model.layers[0])]), TypeError,
-         r"optimizers_and_layers\[0\]\[0\] is a built-in Keras optimizer.*optimizers.Adam.*Received: optimizers_and_layers\[0\]\[0\]=<"),
+        (lambda: MultiOptimizer([(_stepped(keras.optimizers.legacy.Adam()), model.layers[0])]), ValueError,
+         r"optimizers_and_layers\[0\]\[0\] has taken 1 steps.*Pair a fresh one. Received: optimizers_and_layers\[0\]\[0\]=<"),
+        (lambda: MultiOptimizer([(keras.optimizers.Adam(weight_decay=0.1), model.layers[0])]), ValueError,
+         r"optimizers_and_layers\[0\]\[0\]: a pair's optimizer cannot take Keras 2's weight_decay.*"
+         r"Received: \{'weight_decay': 0.1\}"),
         (lambda: MultiOptimizer([(keras.optimizers.legacy.RMSprop(), model.layers[0])]), TypeError,
          r"no equivalent.*Received: optimizers_and_layers\[0\]\[0\]=<"),
         (lambda: MultiOptimizer([(Lookahead(adam()), model.layers[0])]), TypeError, r"wrap the MultiOptimizer instead"),
@@ -563,6 +566,48 @@ def test_bad_arguments_name_the_argument_and_repeat_the_value():
     with pytest.raises(TypeError, match="needs a model compiled with an averaging wrapper"):
         model.compile(adam(), "mse")
         model.fit(X, Y, epochs=1, verbose=0, callbacks=[AverageModelCheckpoint(False, os.devnull)])
+
+
+def _stepped(optimizer):
+    optimizer.apply_gradients([(tf.ones([1]), tf.Variable([0.0]))])
+    return optimizer
+
+
+@pytest.mark.parametrize("style", ["legacy", "new-style"])
+def test_multi_optimizer_takes_built_in_keras_optimizers_with_their_numbers(style):
+    """TFA's usual form, ``MultiOptimizer([(tf.keras.optimizers.Adam(...), layer), ...])``: each built-in
+    becomes this library's class of its name, built from its config; each layer moves as the built-in
+    alone moves it (bit for bit for the legacy classes, which ours equal; float32 rounding from Keras 2's
+    new-style classes, whose update is written in another order)."""
+    family = keras.optimizers.legacy if style == "legacy" else keras.optimizers
+
+    def pairs(model):
+        return [(family.Adam(0.02, beta_1=0.8, amsgrad=True), model.layers[0]),
+                (family.SGD(0.05, momentum=0.9, nesterov=True, clipnorm=0.1), model.layers[1])]
+
+    model, alone = _model(), _model()
+    multi = MultiOptimizer(pairs(model))
+    assert [type(spec["optimizer"]) for spec in multi.optimizer_specs] == [optimizers.Adam, optimizers.SGD]
+    peers = pairs(alone)
+    for step in range(4):
+        x = X[8 * step:8 * step + 8]
+        for net, apply in ((model, multi.apply_gradients), (alone, None)):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((net(x) - Y[8 * step:8 * step + 8]) ** 2)
+            grads = tape.gradient(loss, net.trainable_variables)
+            if apply is not None:
+                apply(zip(grads, net.trainable_variables))
+            else:
+                for peer, layer in peers:
+                    peer.apply_gradients([(g, v) for g, v in zip(grads, net.trainable_variables)
+                                          if any(v is w for w in layer.trainable_variables)])
+        for got, want in zip(model.get_weights(), alone.get_weights()):
+            if style == "legacy":
+                np.testing.assert_array_equal(got, want, err_msg=f"step {step + 1}")
+            else:
+                np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"step {step + 1}")
+    restored = MultiOptimizer.from_config(multi.get_config())  # the config names our classes
+    assert [type(spec["optimizer"]) for spec in restored.optimizer_specs] == [optimizers.Adam, optimizers.SGD]
 
 
 def test_multi_optimizer_leaves_weights_in_no_pair_and_lets_a_variables_updater_win():

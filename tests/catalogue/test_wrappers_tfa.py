@@ -274,9 +274,13 @@ def test_average_model_checkpoint_equals_tfa(wrapper, update_weights, tmp_path):
 
 
 # ------------------------------------------------------------------------------------- MultiOptimizer
-def _pairs(model, ours, clipnorm=None):
-    """Adam for the embedding and the first dense layer, SGD with momentum for the last layer."""
-    if ours:
+def _pairs(model, ours, clipnorm=None, family="legacy"):
+    """Adam for the embedding and the first dense layer, SGD with momentum for the last layer: ours,
+    or Keras's built-ins (legacy or new-style), which TFA took and ours turns into its equivalents."""
+    if family == "new-style":
+        first = keras.optimizers.Adam(0.02)
+        second = keras.optimizers.SGD(0.05, momentum=0.9, clipnorm=clipnorm)
+    elif ours:
         first = optimizers.Adam(0.02, jit_compile=False)
         second = optimizers.SGD(0.05, momentum=0.9, clipnorm=clipnorm, jit_compile=False)
     else:
@@ -291,12 +295,14 @@ def _embedding_model():
                              keras.layers.Dense(2)])
 
 
+@pytest.mark.parametrize("given", ["ours", "legacy", "new-style"])
 @pytest.mark.parametrize("specs", [False, True], ids=["pairs", "create_optimizer_spec"])
 @pytest.mark.parametrize("clipnorm", [None, 0.05])
-def test_multi_optimizer_step_by_step_equals_tfa(clipnorm, specs):
+def test_multi_optimizer_step_by_step_equals_tfa(clipnorm, specs, given):
     """An embedding (sparse gradients with repeated rows), two dense layers; with and without a
     sub-optimizer's own clipping (TFA's sub-optimizer clips its gradients, so does ours); the pairs
-    given as they are or as ``optimizer_specs`` made by each side's ``create_optimizer_spec``."""
+    given as they are or as ``optimizer_specs`` made by each side's ``create_optimizer_spec``; ours
+    given its own optimizers, or the very built-in Keras optimizers TFA is given (legacy, new-style)."""
     rng = np.random.RandomState(5)
     tokens = rng.randint(0, 6, size=(8, 3)).astype("int32")
     tokens[:, 0] = 2  # a repeated row
@@ -304,7 +310,7 @@ def test_multi_optimizer_step_by_step_equals_tfa(clipnorm, specs):
     runs = {}
     for side in ("ours", "tfa"):
         model = _embedding_model()
-        pairs = _pairs(model, side == "ours", clipnorm)
+        pairs = _pairs(model, side == "ours" and given == "ours", clipnorm, given)
         cls = MultiOptimizer if side == "ours" else tfa.optimizers.MultiOptimizer
         if specs:
             opt = cls(optimizer_specs=[cls.create_optimizer_spec(*pair) for pair in pairs])

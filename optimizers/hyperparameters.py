@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["Hyperparameters", "assertion", "check_bool", "check_constant", "check_epsilon", "check_number",
-           "checked_value", "evaluate", "is_dynamic", "is_schedule", "option_change_error", "register_schedule_type"]
+           "checked_value", "epsilon_in", "evaluate", "is_dynamic", "is_schedule", "option_change_error", "register_schedule_type"]
 
 #: The learning-rate schedule classes of the Keras versions in use: a hyperparameter that is one
 #: of them is called with the step, any other callable with nothing. Each Keras adapter registers
@@ -83,6 +83,16 @@ def check_epsilon(value: Any) -> None:
     """An ``epsilon`` (the fuzz factor of a denominator): a Python number ``> 0``. Zero would divide
     zero by zero where an element's gradient and moments are zero."""
     check_constant("epsilon", value, low=0.0, low_inclusive=False)
+
+
+def epsilon_in(value: float, dtype: tf.DType) -> tf.Tensor:
+    """An ``epsilon`` (> 0) as a ``dtype`` constant, never zero: where ``dtype`` rounds it to zero
+    (``1e-8`` in float16), the smallest positive ``dtype`` number, so that a zero gradient's zero
+    moments still give a zero step, not ``0 / 0``."""
+    rounded = np.asarray(value, dtype.as_numpy_dtype)
+    if rounded == 0:
+        rounded = np.finfo(dtype.as_numpy_dtype).smallest_subnormal
+    return tf.constant(rounded, dtype)
 
 
 def check_bool(name: str, value: Any) -> None:

@@ -41,7 +41,13 @@ CASES = {
     "ConditionalGradient": dict(learning_rate=0.1, lambda_=0.05),
     "ProximalAdagrad": dict(learning_rate=0.1, l1_regularization_strength=0.01),
     "LazyAdam": dict(learning_rate=0.01),
+    "Adan": dict(learning_rate=0.01, weight_decay=0.02),
+    "AdEMAMix": dict(learning_rate=0.01, beta_3=0.99, alpha_warmup=4, beta_3_warmup=4, weight_decay=0.01),
 }
+
+
+def test_every_keras_3_class_has_a_case():
+    assert sorted(CASES) == sorted(set(keras3.__all__) - {"keras3_class"})
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,8 @@ from optimizers.rules.adabelief import AdaBelief
 from optimizers.rules.adafactor import Adafactor
 from optimizers.rules.adam import Adam
 from optimizers.rules.adamw import AdamW
+from optimizers.rules.adan import Adan
+from optimizers.rules.ademamix import AdEMAMix
 from optimizers.rules.cocob import COCOB
 from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
@@ -16,5 +18,5 @@ from optimizers.rules.sgd import SGD
 from optimizers.rules.sgdw import SGDW
 from optimizers.rules.yogi import Yogi
 
-__all__ = ["COCOB", "LAMB", "SGD", "SGDW", "AdaBelief", "Adafactor", "Adam", "AdamW", "ConditionalGradient",
-           "LazyAdam", "Lion", "NovoGrad", "ProximalAdagrad", "RectifiedAdam", "Yogi"]
+__all__ = ["COCOB", "LAMB", "SGD", "SGDW", "AdaBelief", "Adafactor", "Adam", "AdamW", "Adan", "AdEMAMix",
+           "ConditionalGradient", "LazyAdam", "Lion", "NovoGrad", "ProximalAdagrad", "RectifiedAdam", "Yogi"]

@@ -158,6 +158,71 @@ class LionRule:
         return param - self.lr * np.sign(c), {"momentum": self.beta_2 * m + (1 - self.beta_2) * grad}
 
 
+class AdanRule:
+    """Xie et al. 2022, Algorithm 1 in the code's convention (betas near 1), as the authors' implementation:
+    the gradient's change weighed by beta_2, the proximal decay (divide by 1 + lr * wd)."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.98, beta_2=0.92, beta_3=0.99, epsilon=1e-8, weight_decay=None,
+                 scale_weight_decay_by_lr=True):
+        self.lr, self.betas, self.eps = f32(learning_rate), (f32(beta_1), f32(beta_2), f32(beta_3)), epsilon
+        self.wd = 0.0 if weight_decay is None else f32(weight_decay)
+        self.scale = scale_weight_decay_by_lr
+
+    def initial_slots(self, param):
+        return {name: np.zeros_like(param) for name in ("m", "v", "n", "previous_gradient")}
+
+    def step(self, param, grad, rows, slots, t, decayed=True):
+        b1, b2, b3 = self.betas
+        diff = grad - slots["previous_gradient"] if t > 1 else np.zeros_like(grad)
+        m = b1 * slots["m"] + (1 - b1) * grad
+        v = b2 * slots["v"] + (1 - b2) * diff
+        n = b3 * slots["n"] + (1 - b3) * (grad + b2 * diff) ** 2
+        u = (m / (1 - b1 ** t) + b2 * v / (1 - b2 ** t)) / (np.sqrt(n / (1 - b3 ** t)) + self.eps)
+        param = param - self.lr * u
+        if decayed and self.wd:
+            param = param / (1 + (self.lr * self.wd if self.scale else self.wd))
+        return param, {"m": m, "v": v, "n": n, "previous_gradient": grad}
+
+
+def ademamix_schedules(t, beta_1, beta_3, alpha, alpha_warmup, beta_3_warmup):
+    """``(alpha_t, beta_3_t)`` at step ``t`` (1-based): the authors' linear warm-up of alpha and the
+    linear warm-up of the slow momentum's half-life, from beta_1's to beta_3's (ml-ademamix)."""
+    def half_life(beta):
+        return np.log(0.5) / np.log(beta + 1e-8) - 1
+
+    if alpha_warmup is not None and t < alpha_warmup:
+        alpha = alpha * t / alpha_warmup
+    if beta_3_warmup is not None and t < beta_3_warmup:
+        a = t / beta_3_warmup
+        beta_3 = 0.5 ** (1 / ((1 - a) * half_life(beta_1) + a * half_life(beta_3) + 1))
+    return alpha, beta_3
+
+
+class AdEMAMixRule:
+    """Pagliardini et al. 2024, Algorithm 1: Adam's moments plus a slow momentum (no bias correction),
+    decoupled decay lr * wd."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, beta_3=0.9999, alpha=5.0, alpha_warmup=None,
+                 beta_3_warmup=None, epsilon=1e-8, weight_decay=None, scale_weight_decay_by_lr=True):
+        self.lr, self.beta_1, self.beta_2, self.beta_3 = f32(learning_rate), f32(beta_1), f32(beta_2), f32(beta_3)
+        self.alpha, self.warmups, self.eps = f32(alpha), (alpha_warmup, beta_3_warmup), epsilon
+        self.wd = 0.0 if weight_decay is None else f32(weight_decay)
+        self.scale = scale_weight_decay_by_lr
+
+    def initial_slots(self, param):
+        return {name: np.zeros_like(param) for name in ("m_1", "m_2", "nu")}
+
+    def step(self, param, grad, rows, slots, t, decayed=True):
+        alpha, beta_3 = ademamix_schedules(t, self.beta_1, self.beta_3, self.alpha, *self.warmups)
+        m_1 = self.beta_1 * slots["m_1"] + (1 - self.beta_1) * grad
+        m_2 = beta_3 * slots["m_2"] + (1 - beta_3) * grad
+        nu = self.beta_2 * slots["nu"] + (1 - self.beta_2) * grad ** 2
+        u = (m_1 / (1 - self.beta_1 ** t) + alpha * m_2) / (np.sqrt(nu / (1 - self.beta_2 ** t)) + self.eps)
+        if decayed:
+            param = param - (self.lr * self.wd if self.scale else self.wd) * param
+        return param - self.lr * u, {"m_1": m_1, "m_2": m_2, "nu": nu}
+
+
 def rule_for(cls_name, kwargs):
     """The reference of our class ``cls_name`` built with ``kwargs`` (their constructor arguments)."""
     kwargs = {k: v for k, v in kwargs.items() if k not in ("jit_compile", "exclude_from_weight_decay")}
@@ -167,4 +232,6 @@ def rule_for(cls_name, kwargs):
         return YogiRule(**kwargs)
     if cls_name in ("AdaBelief", "RectifiedAdam"):
         return RectifiedRule(cls_name == "AdaBelief", **kwargs)
+    if cls_name in ("Adan", "AdEMAMix"):
+        return (AdanRule if cls_name == "Adan" else AdEMAMixRule)(**kwargs)
     return LionRule(**kwargs)

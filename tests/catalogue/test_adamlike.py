@@ -1,4 +1,5 @@
-"""LazyAdam, Yogi, AdaBelief, RectifiedAdam and Lion against numpy references (tests/catalogue/ref_adamlike.py).
+"""LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion, Adan and AdEMAMix against numpy references
+(tests/catalogue/ref_adamlike.py).
 
 Runs on both stacks. Every case runs 8 steps on a kernel (dense, or sparse with a
 repeated row per step and a row never touched) and a bias, eager and in a
@@ -17,6 +18,8 @@ import tensorflow as tf
 from catalogue import ref_adamlike as ref
 from catalogue.trajectories import numpy_gradient, trajectory
 from optimizers.rules.adabelief import AdaBelief
+from optimizers.rules.adan import Adan
+from optimizers.rules.ademamix import AdEMAMix
 from optimizers.rules.lazy_adam import LazyAdam
 from optimizers.rules.lion import Lion
 from optimizers.rules.rectified_adam import RectifiedAdam
@@ -24,7 +27,7 @@ from optimizers.rules.yogi import Yogi
 
 from conftest import TOLERANCE, keras
 
-CLASSES = {cls.__name__: cls for cls in (LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion)}
+CLASSES = {cls.__name__: cls for cls in (LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion, Adan, AdEMAMix)}
 STEPS = 8
 SHAPE = (5, 3)
 STEP_INDICES = [[0, 2, 0], [1, 1, 3], [2, 0, 2], [3, 1, 1]] * 2  # a repeated row each step; row 4 never touched
@@ -54,8 +57,18 @@ CASES = {
     "lion_wd": ("Lion", dict(learning_rate=0.1, beta_1=0.8, beta_2=0.95, weight_decay=0.5,
                              exclude_from_weight_decay=["bias"])),
     "lion_wd_unscaled": ("Lion", dict(learning_rate=0.1, weight_decay=0.05, scale_weight_decay_by_lr=False)),
+    "adan": ("Adan", dict(learning_rate=0.1)),
+    "adan_wd": ("Adan", dict(learning_rate=0.1, beta_1=0.8, beta_2=0.7, beta_3=0.9, epsilon=1e-6, weight_decay=0.5,
+                             exclude_from_weight_decay=["bias"])),
+    "adan_wd_unscaled": ("Adan", dict(learning_rate=0.05, weight_decay=0.05, scale_weight_decay_by_lr=False)),
+    "ademamix": ("AdEMAMix", dict(learning_rate=0.1, beta_3=0.99)),
+    # Both warm-ups end within the steps (alpha's at 3, beta_3's at 6), the decay on the kernel only.
+    "ademamix_warmups_wd": ("AdEMAMix", dict(learning_rate=0.1, beta_1=0.5, beta_2=0.9, beta_3=0.9, alpha=8.0,
+                                             alpha_warmup=3, beta_3_warmup=6, weight_decay=0.1,
+                                             epsilon=1e-6, exclude_from_weight_decay=["bias"])),
 }
-FLOAT16_CASES = ["lazy_adam_amsgrad", "yogi_sign", "adabelief_plain_amsgrad", "radam_rectified_wd", "lion_wd"]
+FLOAT16_CASES = ["lazy_adam_amsgrad", "yogi_sign", "adabelief_plain_amsgrad", "radam_rectified_wd", "lion_wd", "adan_wd",
+                 "ademamix_warmups_wd"]
 
 
 def gradients(sparse, dtype, seed=0):
@@ -155,10 +168,10 @@ def test_config_round_trip_and_same_steps(case):
         np.testing.assert_array_equal(ours[1], theirs[1])
 
 
-@pytest.mark.parametrize("cls", [LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", list(CLASSES.values()), ids=lambda c: c.__name__)
 def test_config_round_trip_with_schedules(cls):
     kwargs = dict(learning_rate=keras.optimizers.schedules.ExponentialDecay(0.1, 2, 0.5), clipnorm=1.0)
-    if cls in (AdaBelief, RectifiedAdam, Lion):
+    if cls in (AdaBelief, RectifiedAdam, Lion, Adan, AdEMAMix):
         kwargs["weight_decay"] = keras.optimizers.schedules.PiecewiseConstantDecay([2], [0.1, 0.01])
     optimizer = cls(**kwargs)
     config = optimizer.get_config()
@@ -212,6 +225,11 @@ BAD_INPUT = [
     (Lion, dict(beta_1=0.0), ValueError, "beta_1=0.0"),
     (Lion, dict(beta_2=1.5), ValueError, "beta_2=1.5"),
     (Lion, dict(learning_rate=-1.0), ValueError, "learning_rate=-1.0"),
+    (Adan, dict(beta_3=1.0), ValueError, "beta_3=1.0"),
+    (Adan, dict(epsilon=0.0), ValueError, "epsilon=0.0"),
+    (AdEMAMix, dict(alpha=-1.0), ValueError, "alpha=-1.0"),
+    (AdEMAMix, dict(alpha_warmup=0), ValueError, "alpha_warmup=0"),
+    (AdEMAMix, dict(beta_3_warmup=2.5), ValueError, "beta_3_warmup=2.5"),
 ]
 
 

@@ -175,6 +175,16 @@ OPTIMIZERS = [
              False, 0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.01, amsgrad=True), "RectifiedAdam"))),
     Case("lion_decay", lambda jit_compile=True: optimizers.Lion(0.01, weight_decay=0.5, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.AdamLike(adamlike.LionRule(0.01, weight_decay=0.5), "Lion"))),
+    # Adan's betas are exact in float16: its n (a square of a gradient's sum) is large enough for
+    # float16's rounding of 0.99 (0.9897) to show; this case tests the step, not that rounding.
+    Case("adan_decay", lambda jit_compile=True: optimizers.Adan(
+        0.01, beta_1=0.75, beta_2=0.625, beta_3=0.875, weight_decay=0.1, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.AdanRule(
+             0.01, beta_1=0.75, beta_2=0.625, beta_3=0.875, weight_decay=0.1), "Adan"))),
+    Case("ademamix_warmups", lambda jit_compile=True: optimizers.AdEMAMix(
+        0.01, beta_3=0.99, alpha_warmup=2, beta_3_warmup=3, weight_decay=0.1, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.AdEMAMixRule(
+             0.01, beta_3=0.99, alpha_warmup=2, beta_3_warmup=3, weight_decay=0.1), "AdEMAMix"))),
     Case("lamb_exclusions", lambda jit_compile=True: optimizers.LAMB(
         0.02, beta_1=0.5, beta_2=0.75, weight_decay=0.05, exclude_from_layer_adaptation=["bias"],
         jit_compile=jit_compile),

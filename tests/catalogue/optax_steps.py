@@ -1,0 +1,64 @@
+"""Run optax on fixed gradients, in the optax environment (``.venv-optax``: jax and optax, no
+TensorFlow), for tests/catalogue/test_optax.py.
+
+Reads one JSON request on stdin, ``{"optimizer": name, "kwargs": {...}, "dtype": "float32" or
+"float64", "params": [...], "grads": [[...], ...]}``, and writes the parameters after each step as
+JSON. ``optimizer`` names a function below, which builds the optax transformation.
+"""
+
+import json
+import math
+import sys
+
+import jax
+
+jax.config.update("jax_enable_x64", True)  # float64 requests stay float64; float32 ones are cast below
+
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+
+
+def adan(learning_rate, beta_1, beta_2, beta_3, epsilon):
+    return optax.adan(learning_rate, b1=beta_1, b2=beta_2, b3=beta_3, eps=epsilon, eps_root=0.0)
+
+
+def ademamix(learning_rate, beta_1, beta_2, beta_3, alpha, alpha_warmup, beta_3_warmup, epsilon, weight_decay,
+             dtype):
+    """optax's AdEMAMix with the authors' warm-ups (ml-ademamix's schedulers), evaluated at the 1-based
+    step; optax calls them with the 0-based count."""
+    def half_life(beta):
+        return math.log(0.5) / jnp.log(jnp.asarray(beta, dtype) + 1e-8) - 1
+
+    def alpha_at(count):
+        t = (count + 1).astype(dtype)
+        return jnp.where(t < alpha_warmup, alpha * t / alpha_warmup, alpha)
+
+    def beta_3_at(count):
+        a = (count + 1).astype(dtype) / beta_3_warmup
+        warm = jnp.power(jnp.asarray(0.5, dtype), 1 / ((1 - a) * half_life(beta_1) + a * half_life(beta_3) + 1))
+        return jnp.where(count + 1 < beta_3_warmup, warm, beta_3)
+
+    return optax.contrib.ademamix(learning_rate, b1=beta_1, b2=beta_2, b3=beta_3_at, alpha=alpha_at, eps=epsilon,
+                                  eps_root=0.0, weight_decay=weight_decay)
+
+
+def main():
+    request = json.load(sys.stdin)
+    dtype = jnp.dtype(request["dtype"])
+    kwargs = dict(request["kwargs"])
+    if request["optimizer"] == "ademamix":
+        kwargs["dtype"] = dtype
+    transform = globals()[request["optimizer"]](**kwargs)
+    params = jnp.asarray(request["params"], dtype)
+    state = transform.init(params)
+    step = jax.jit(transform.update)
+    out = []
+    for grad in request["grads"]:
+        updates, state = step(jnp.asarray(grad, dtype), state, params)
+        params = optax.apply_updates(params, updates)
+        out.append(params.tolist())
+    json.dump({"trajectory": out, "optax": optax.__version__, "jax": jax.__version__}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -42,6 +42,7 @@ CASES = {
     "ProximalAdagrad": dict(learning_rate=0.1, l1_regularization_strength=0.01),
     "LazyAdam": dict(learning_rate=0.01),
     "Adan": dict(learning_rate=0.01, weight_decay=0.02),
+    "Muon": dict(learning_rate=0.01, adam_lr_ratio=0.5),
     "AdEMAMix": dict(learning_rate=0.01, beta_3=0.99, alpha_warmup=4, beta_3_warmup=4, weight_decay=0.01),
 }
 
@@ -115,6 +116,30 @@ def test_keras_3_s_own_optimizers_give_the_same_numbers(ours, builtin):
         mine.apply([tf.constant(grad)], [a])
         theirs.apply([tf.constant(grad)], [b])
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [dict(learning_rate=0.01), dict(
+    learning_rate=0.01, nesterov=False, rms_rate=None, adam_lr_ratio=0.5, weight_decay=0.1, adam_weight_decay=0.05,
+    exclude_layers=["wide"])], ids=["defaults", "options"])
+def test_muon_equals_keras_3_s_muon(kwargs):
+    """Matrices (tall, wide: one excluded by name in the second case) take Muon's step, a vector and
+    a rank-3 variable AdamW's; 6 steps, float32 rounding (the Keras 2 class: the same numbers)."""
+    rng = np.random.default_rng(0)
+    shapes = {"tall": (5, 3), "wide": (3, 6), "vector": (3,), "rank3": (4, 2, 2)}
+    initial = {name: rng.normal(size=shape).astype("float32") for name, shape in shapes.items()}
+    grads = [{name: rng.normal(size=shape).astype("float32") for name, shape in shapes.items()} for _ in range(6)]
+    runs = {}
+    for side, make in (("keras", keras.optimizers.Muon), ("ours", keras3.Muon), ("keras2", optimizers.Muon)):
+        cls = tf.Variable if side == "keras2" else keras.Variable
+        variables = {name: cls(value, name=name) for name, value in initial.items()}
+        opt = make(**kwargs)
+        for grad in grads:
+            opt.apply_gradients([(tf.constant(grad[name]), var) for name, var in variables.items()])
+        runs[side] = {name: np.asarray(var.numpy()) for name, var in variables.items()}
+    for side in ("ours", "keras2"):
+        for name in shapes:
+            np.testing.assert_allclose(runs[side][name], runs["keras"][name], rtol=1e-6, atol=1e-6,
+                                       err_msg=f"{side} {name}")
 
 
 def test_use_ema_keeps_keras_3_s_average():

@@ -11,6 +11,7 @@ from optimizers.rules.conditional_gradient import ConditionalGradient
 from optimizers.rules.lamb import LAMB
 from optimizers.rules.lazy_adam import LazyAdam
 from optimizers.rules.lion import Lion
+from optimizers.rules.muon import Muon
 from optimizers.rules.novograd import NovoGrad
 from optimizers.rules.proximal_adagrad import ProximalAdagrad
 from optimizers.rules.rectified_adam import RectifiedAdam
@@ -19,4 +20,4 @@ from optimizers.rules.sgdw import SGDW
 from optimizers.rules.yogi import Yogi
 
 __all__ = ["COCOB", "LAMB", "SGD", "SGDW", "AdaBelief", "Adafactor", "Adam", "AdamW", "Adan", "AdEMAMix",
-           "ConditionalGradient", "LazyAdam", "Lion", "NovoGrad", "ProximalAdagrad", "RectifiedAdam", "Yogi"]
+           "ConditionalGradient", "LazyAdam", "Lion", "Muon", "NovoGrad", "ProximalAdagrad", "RectifiedAdam", "Yogi"]

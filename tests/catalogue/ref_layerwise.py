@@ -212,3 +212,49 @@ def run(rule, params, grads_per_step, dtypes):
                                                   iterations, dtypes[name], name)
         out.append({k: p.copy() for k, p in params.items()})
     return out
+
+
+class Muon:
+    """Keras 3's ``Muon``: for a matrix that is not an embedding, the decay ``lr * wd``, the
+    momentum ``m = mu m + g``, the quintic Newton-Schulz iteration of ``g + mu m`` (of ``m`` without
+    Nesterov) scaled by ``rms_rate * sqrt(max(n, k))``; for every other variable, the decay
+    ``lr * adam_weight_decay`` and Adam's step at ``lr * adam_lr_ratio``."""
+
+    def __init__(self, learning_rate=0.001, adam_beta_1=0.9, adam_beta_2=0.999, adam_weight_decay=0.004,
+                 epsilon=1e-7, weight_decay=0.004, exclude_embeddings=True, muon_a=3.4445, muon_b=-4.7750,
+                 muon_c=2.0315, adam_lr_ratio=1, momentum=0.95, ns_steps=5, nesterov=True, rms_rate=0.2):
+        self.__dict__.update({k: v for k, v in locals().items() if k != "self"})
+
+    def _matrix(self, param, name):
+        return param.ndim == 2 and not (self.exclude_embeddings and "embedding" in name.lower())
+
+    def initial_slots(self, param, dtype, name):
+        slots = {"momentum": np.zeros_like(param)}
+        if not self._matrix(param, name):
+            slots["velocity"] = np.zeros_like(param)
+        return slots
+
+    def orthogonalize(self, x):
+        tall = x.shape[0] > x.shape[1]
+        x = x.T if tall else x
+        x = x / (np.linalg.norm(x) + 1e-7)
+        for _ in range(self.ns_steps):
+            gram = x @ x.T
+            x = self.muon_a * x + (self.muon_b * gram + self.muon_c * gram @ gram) @ x
+        return x.T if tall else x
+
+    def step(self, param, grad, rows, slots, iterations, dtype, name):
+        lr, t = hyper(self.learning_rate, dtype), iterations + 1
+        if not self._matrix(param, name):
+            b1, b2 = hyper(self.adam_beta_1, dtype), hyper(self.adam_beta_2, dtype)
+            param = param - lr * hyper(self.adam_weight_decay, dtype) * param
+            m = slots["momentum"] + (grad - slots["momentum"]) * (1 - b1)
+            v = slots["velocity"] + (grad ** 2 - slots["velocity"]) * (1 - b2)
+            alpha = lr * hyper(self.adam_lr_ratio, dtype) * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            return param - m * alpha / (np.sqrt(v) + const(self.epsilon, dtype)), {"momentum": m, "velocity": v}
+        mu = hyper(self.momentum, dtype)
+        param = param - lr * hyper(self.weight_decay, dtype) * param
+        m = mu * slots["momentum"] + grad
+        update = self.orthogonalize(grad + mu * m if self.nesterov else m)
+        scale = 1.0 if self.rms_rate is None else self.rms_rate * max(param.shape) ** 0.5
+        return param - lr * scale * update, {"momentum": m}

@@ -194,6 +194,10 @@ OPTIMIZERS = [
         0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.05, grad_averaging=True, amsgrad=True, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.Layerwise(layerwise.NovoGrad(
              0.01, beta_1=0.5, beta_2=0.75, weight_decay=0.05, grad_averaging=True, amsgrad=True), "NovoGrad"))),
+    # Muon: the embedding and the bias take AdamW, the dense kernel (a matrix) Muon.
+    Case("muon", lambda jit_compile=True: optimizers.Muon(0.01, adam_lr_ratio=0.5, weight_decay=0.1,
+                                                          jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.Layerwise(layerwise.Muon(0.01, adam_lr_ratio=0.5, weight_decay=0.1), "Muon"))),
     Case("cocob", lambda jit_compile=True: optimizers.COCOB(alpha=2.5, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.Layerwise(layerwise.COCOB(alpha=2.5), "COCOB"))),
     Case("conditional_gradient", lambda jit_compile=True: optimizers.ConditionalGradient(

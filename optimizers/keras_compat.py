@@ -17,6 +17,7 @@ wrappers are for; reading OptimizerV2's private state is this module's job.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import tensorflow as tf
@@ -208,15 +209,28 @@ def is_loss_scale_optimizer(obj: Any) -> bool:
 
 
 
+_SAVING_ROOT: contextvars.ContextVar = contextvars.ContextVar("saving_root", default=None)
+
+
+def saving_root() -> Any:
+    """The model (or layer) a ``.keras`` / ``.weights.h5`` save is writing now, else ``None``:
+    an optimizer shared by two models then writes the slots of that model's variables only."""
+    return _SAVING_ROOT.get()
+
+
 def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:
     """Let ``model.save`` keep our optimizers' state in ``.keras`` and SavedModel.
 
-    Two narrow additions to Keras 2 internals (both stacks), done once:
+    Three narrow additions to Keras 2 internals (both stacks), done once:
 
     * ``saving_lib._is_keras_trackable`` also accepts objects for which
       ``is_ours(obj)`` is true, so ``.keras`` saving calls their
       ``save_own_variables``/``load_own_variables`` (it already does so for
       layers and new-style optimizers);
+    * ``saving_lib._save_state``, called on the saved model first, records that model
+      (:func:`saving_root`) while the file is written: an optimizer knows which
+      model's slots belong in it (two models can share one optimizer, and their
+      layers' names);
     * ``RestoredOptimizer.add_slot`` (the stand-in the SavedModel loader
       revives an OptimizerV2 as) also calls ``record_restored_slot``, so the
       optimizer ``load_model`` compiles can take the restored slots over.
@@ -235,6 +249,20 @@ def install_saving_hooks(is_ours: Any, record_restored_slot: Any) -> None:
 
         _is_keras_trackable._custom_optimizer_v2 = True  # type: ignore[attr-defined]
         saving_lib._is_keras_trackable = _is_keras_trackable
+    save_state = saving_lib._save_state
+    if not getattr(save_state, "_custom_optimizer_v2", False):
+        def _save_state(*args: Any, **kwargs: Any) -> Any:
+            inner_path = kwargs["inner_path"] if "inner_path" in kwargs else args[3]
+            if inner_path != "":
+                return save_state(*args, **kwargs)
+            token = _SAVING_ROOT.set(args[0] if args else kwargs["trackable"])
+            try:
+                return save_state(*args, **kwargs)
+            finally:
+                _SAVING_ROOT.reset(token)
+
+        _save_state._custom_optimizer_v2 = True  # type: ignore[attr-defined]
+        saving_lib._save_state = _save_state
     restored = optimizer_v2.RestoredOptimizer
     if "add_slot" not in restored.__dict__:
         def add_slot(self: Any, var: Any, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> Any:

@@ -20,6 +20,9 @@ at the end of this module):
   variables share (layers of the same name in nested models) is told apart by
   the order in which its variables first get slots (the second is
   ``"<name>#1"``, see :func:`saved_name`), the model's order on both sides.
+  An optimizer shared by two models writes into each model's file the slots
+  of that model's variables only, numbered among themselves (the saved model
+  is known from ``keras_compat.saving_root``).
   ``iterations`` and hyperparameters are restored when the file is loaded;
   slots do not exist yet then (legacy optimizers create them on the first
   step), so their values wait on the optimizer and become the slots' initial
@@ -72,6 +75,7 @@ from optimizers.keras_compat import (
     is_loss_scale_optimizer,
     loss_scale_variables,
     restored_child,
+    saving_root,
 )
 from optimizers.tf_compat import distributed_container, variable_key
 
@@ -146,6 +150,27 @@ def saved_name(optimizer: Any, var: tf.Variable) -> str:
     return names[key]
 
 
+def _names_in_file(optimizer: Any) -> dict:
+    """``{variable key: saved name}`` of the variables whose state goes into the file being
+    written: all that ``optimizer`` met, or where a model is being saved (:func:`saving_root`)
+    that model's only, numbered apart among themselves (:func:`saved_name`'s scheme, in the order
+    the optimizer met them), so that the file of one of two models sharing an optimizer and their
+    layers' names holds its own slots under the names its own fresh optimizer will give them."""
+    met = optimizer.__dict__.get("_saved_names", {})
+    root = saving_root()
+    if root is None or not hasattr(root, "variables"):
+        return dict(met)
+    own = {variable_key(var) for var in root.variables}
+    names, counts = {}, {}
+    for key, name in met.items():
+        if key in own:
+            base = name.split("#")[0]  # TensorFlow names cannot hold "#"
+            n = counts.get(base, 0)
+            counts[base] = n + 1
+            names[key] = base if n == 0 else f"{base}#{n}"
+    return names
+
+
 def _assign(variable: tf.Variable, value: Any) -> None:
     """Assign to every device's copy directly: under a strategy these calls run in
     each replica's thread, where a distributed assign would be a merge point that
@@ -168,15 +193,18 @@ def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables:
     for name, hyper in _hypers(optimizer):
         entries.append(["hyper", name])
         values.append(hyper)
-    index = sorted(slot_index(optimizer).items())
-    for (var_name, slot_name), (_, slot) in index:
+    names = _names_in_file(optimizer)
+    index = sorted((names[variable_key(var)], slot_name, slot) for (_, slot_name), (var, slot)
+                   in slot_index(optimizer).items() if variable_key(var) in names)
+    for var_name, slot_name, slot in index:
         entries.append(["slot", var_name, slot_name])
         values.append(slot)
     if inner is not None:
         for name, hyper in _hypers(inner):
             entries.append(["inner_hyper", name])
             values.append(hyper)
-        for var_name, var in sorted({saved_name(optimizer, var): var for var in variables}.items()):
+        by_name = {names[variable_key(var)]: var for var in variables if variable_key(var) in names}
+        for var_name, var in sorted(by_name.items()):
             for slot_name in inner.get_slot_names():
                 try:
                     values.append(inner.get_slot(var, slot_name))

@@ -25,9 +25,7 @@ def _check_steps(value: Any) -> None:
 
 
 def orthogonalize(x: tf.Tensor, steps: int, a: float, b: float, c: float) -> tf.Tensor:
-    r"""The quintic Newton-Schulz iteration :math:`X \leftarrow aX + (bA + cA^2)X`, :math:`A = XX^T`,
-    from :math:`X = G / (\lVert G\rVert_F + 10^{-7})` (on :math:`G^T` when :math:`G` has more
-    rows than columns): close to :math:`UV^T` of :math:`G = USV^T`."""
+    """``steps`` quintic Newton-Schulz iterations on ``x`` (the iteration of :class:`Muon`'s docstring)."""
     tall = x.shape[0] > x.shape[1]
     if tall:
         x = tf.transpose(x)
@@ -47,8 +45,10 @@ class Muon(CustomOptimizerV2):
     variable takes AdamW at learning rate :math:`\eta_t\rho` (``adam_lr_ratio``).
     One slot ``momentum``, and ``velocity`` for the AdamW variables. For a
     :math:`n \times k` matrix, with :math:`\mathrm{NS}` the quintic
-    Newton-Schulz iteration (:func:`orthogonalize`, ``ns_steps`` times,
-    coefficients ``muon_a``, ``muon_b``, ``muon_c``):
+    Newton-Schulz iteration (``ns_steps`` times
+    :math:`X \leftarrow aX + (bA + cA^2)X`, :math:`A = XX^T`, from
+    :math:`X = G / (\lVert G\rVert_F + 10^{-7})`, on :math:`G^T` when
+    :math:`G` has more rows than columns; close to :math:`UV^T` of :math:`G = USV^T`):
 
     .. math::
         \begin{align*}
@@ -70,14 +70,16 @@ class Muon(CustomOptimizerV2):
     Args:
         learning_rate: :math:`\eta`: float, tensor, callable or schedule.
             Defaults to ``0.001``.
-        adam_beta_1, adam_beta_2: AdamW's betas. Default to ``0.9``, ``0.999``.
+        adam_beta_1: AdamW's :math:`\beta_1`. Defaults to ``0.9``.
+        adam_beta_2: AdamW's :math:`\beta_2`. Defaults to ``0.999``.
         adam_weight_decay: :math:`\lambda_{adam}`, the AdamW variables' decay. Defaults to ``0.004``.
         epsilon: AdamW's :math:`\epsilon`, a float ``> 0``. Defaults to ``1e-7``.
         weight_decay: :math:`\lambda`, the matrices' decay. Defaults to ``0.004``.
         exclude_layers: Regexes of variable names that take AdamW. Defaults to none.
         exclude_embeddings: Embeddings take AdamW. Defaults to ``True``.
-        muon_a, muon_b, muon_c: The iteration's coefficients. Default to
-            ``3.4445``, ``-4.7750``, ``2.0315``.
+        muon_a: The iteration's :math:`a`. Defaults to ``3.4445``.
+        muon_b: The iteration's :math:`b`. Defaults to ``-4.7750``.
+        muon_c: The iteration's :math:`c`. Defaults to ``2.0315``.
         adam_lr_ratio: :math:`\rho`. Defaults to ``1``.
         momentum: :math:`\mu`, in ``[0, 1)``. Defaults to ``0.95``.
         ns_steps: Newton-Schulz iterations, ``>= 1``. Defaults to ``5``.

@@ -14,8 +14,8 @@ tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceCon
 
 import optimizers  # noqa: E402
 
-# Scripts run in the TF 2.15 + TFA environment by hand, not tests.
-collect_ignore = ["fixtures/make_tfa_fixtures.py"]
+# Scripts, not tests: one run by hand in the TF 2.15 + TFA environment, one in .venv-optax by test_optax.py.
+collect_ignore = ["fixtures/make_tfa_fixtures.py", "catalogue/optax_steps.py"]
 
 # One place for the stack facts the tests need.
 TF_VERSION = optimizers.TF_VERSION

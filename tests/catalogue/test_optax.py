@@ -19,6 +19,8 @@ import tensorflow as tf
 
 import optimizers
 
+pytestmark = pytest.mark.default_stack_only  # the optax environment is built beside the default stack
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS, SHAPE = 20, (4, 3)
 TOLERANCE = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}

@@ -30,10 +30,10 @@ __all__ = ["MultiOptimizer"]
 
 _REFUSED = ("clipnorm", "clipvalue", "global_clipnorm", "updaters", "lr", "decay")  # each optimizer has its own
 
-# Keras 2 options of the new-style optimizers (tf_keras.optimizers.Optimizer) that a pair's rule has
-# no use for at their defaults: the host compiles the step; the others a pair cannot honour when set.
-_NEW_STYLE_DEFAULTS = {"is_legacy_optimizer": False, "jit_compile": None, "use_ema": False, "ema_momentum": None,
-                       "ema_overwrite_frequency": None, "weight_decay": None}
+# The config keys of Keras 2's new-style optimizers (tf_keras.optimizers.Optimizer) that a pair's rule
+# does not take: the host compiles the step; use_ema and weight_decay are refused when set.
+_NEW_STYLE_ONLY = ("is_legacy_optimizer", "jit_compile", "use_ema", "ema_momentum", "ema_overwrite_frequency",
+                   "weight_decay")
 
 
 def _builtin_equivalent(optimizer: Any, where: str, from_config: bool) -> CustomOptimizerV2 | None:
@@ -60,7 +60,7 @@ def _builtin_equivalent(optimizer: Any, where: str, from_config: bool) -> Custom
                              f"{', '.join(unsupported)} (use optimizers.AdamW or optimizers.SGDW for weight decay, "
                              f"MovingAverage around the MultiOptimizer for averages). Received: {unsupported}")
         config = {key: value.item() if isinstance(value, np.generic) else value  # its learning rate: np.float32
-                  for key, value in config.items() if key not in _NEW_STYLE_DEFAULTS}
+                  for key, value in config.items() if key not in _NEW_STYLE_ONLY}
     return same_name.from_config(config)
 
 

@@ -81,8 +81,8 @@ PS_TESTS := tests/integration/test_parameter_server.py
 
 # Both stacks run the whole suite, except: tests marked `tfa` (live TensorFlow
 # Addons parity) run only on TF 2.15, where TFA imports; tests marked
-# `default_stack_only` (docs, demo, TFA-free migration, Keras 3) and the doctests
-# of optimizers/keras3.py (TF 2.15 has no Keras 3) only on the default stack.
+# `default_stack_only` (docs, demo, TFA-free migration, Keras 3, optax parity), and
+# the Keras 3 module and its tests (TF 2.15 has no Keras 3), only on the default stack.
 # The notebooks run on both.
 test-default: venv venv-optax $(KATEX)
 	OPTAX_PYTHON=$(abspath $(VENV_OPTAX))/bin/python $(PY) -m pytest $(PYTEST_FLAGS) tests optimizers slots -m "not tfa" \
@@ -91,7 +91,7 @@ test-default: venv venv-optax $(KATEX)
 
 test-tf215: venv-tfa
 	$(PY_TFA) -m pytest $(PYTEST_FLAGS) -p no:cacheprovider tests optimizers slots -m "not default_stack_only" \
-		--ignore=$(PS_TESTS) --ignore=optimizers/keras3.py
+		--ignore=$(PS_TESTS) --ignore=optimizers/keras3.py --ignore=tests/test_keras3.py
 	$(PY_TFA) -m pytest -n 0 -p no:cacheprovider $(PS_TESTS) -m "not default_stack_only"
 
 # Fails on a warning, and (docs/hooks/math.py) on any built page that still shows raw TeX.

@@ -577,8 +577,9 @@ def _stepped(optimizer):
 def test_multi_optimizer_takes_built_in_keras_optimizers_with_their_numbers(style):
     """TFA's usual form, ``MultiOptimizer([(tf.keras.optimizers.Adam(...), layer), ...])``: each built-in
     becomes this library's class of its name, built from its config; each layer moves as the built-in
-    alone moves it (bit for bit for the legacy classes, which ours equal; float32 rounding from Keras 2's
-    new-style classes, whose update is written in another order)."""
+    alone moves it, within float32 rounding (an ulp from the legacy classes: TF 2.15's compiled AMSGrad
+    step rounds one element differently; a few from Keras 2's new-style classes, whose update is
+    written in another order)."""
     family = keras.optimizers.legacy if style == "legacy" else keras.optimizers
 
     def pairs(model):
@@ -602,10 +603,8 @@ def test_multi_optimizer_takes_built_in_keras_optimizers_with_their_numbers(styl
                     peer.apply_gradients([(g, v) for g, v in zip(grads, net.trainable_variables)
                                           if any(v is w for w in layer.trainable_variables)])
         for got, want in zip(model.get_weights(), alone.get_weights()):
-            if style == "legacy":
-                np.testing.assert_array_equal(got, want, err_msg=f"step {step + 1}")
-            else:
-                np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"step {step + 1}")
+            tolerance = TOLERANCE[tf.float32] if style == "legacy" else dict(rtol=2e-6, atol=1e-6)
+            np.testing.assert_allclose(got, want, err_msg=f"step {step + 1}", **tolerance)
     restored = MultiOptimizer.from_config(multi.get_config())  # the config names our classes
     assert [type(spec["optimizer"]) for spec in restored.optimizer_specs] == [optimizers.Adam, optimizers.SGD]
 

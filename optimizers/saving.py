@@ -193,6 +193,8 @@ def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables:
     for name, hyper in _hypers(optimizer):
         entries.append(["hyper", name])
         values.append(hyper)
+    for var in variables:  # the wrapped optimizer's variables, named even where the wrapper has no slot of theirs
+        saved_name(optimizer, var)
     names = _names_in_file(optimizer)
     index = sorted((names[variable_key(var)], slot_name, slot) for (_, slot_name), (var, slot)
                    in slot_index(optimizer).items() if variable_key(var) in names)

@@ -9,13 +9,14 @@ and read them as tensors with :meth:`Hyperparameters.hyperparameter`.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Hyperparameters", "assertion", "check_bool", "check_constant", "check_epsilon", "check_number",
+__all__ = ["Hyperparameters", "assertion", "check_bool", "check_constant", "check_epsilon", "check_integer", "check_number",
            "checked_value", "epsilon_in", "evaluate", "is_dynamic", "is_schedule", "option_change_error", "register_schedule_type"]
 
 #: The learning-rate schedule classes of the Keras versions in use: a hyperparameter that is one
@@ -93,6 +94,15 @@ def epsilon_in(value: float, dtype: tf.DType) -> tf.Tensor:
     if rounded == 0:
         rounded = np.finfo(dtype.as_numpy_dtype).smallest_subnormal
     return tf.constant(rounded, dtype)
+
+
+def check_integer(name: str, value: Any, low: int, allow_none: bool = False) -> None:
+    """An integer option ``>= low`` (``None`` too where ``allow_none``); a bool is refused."""
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        either = "None or " if allow_none else ""
+        raise ValueError(f"`{name}` must be {either}an integer >= {low}. Received: {name}={value!r}")
 
 
 def check_bool(name: str, value: Any) -> None:

@@ -7,15 +7,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_epsilon, epsilon_in
+from optimizers.hyperparameters import check_epsilon, check_integer, epsilon_in
 from optimizers.template import CustomOptimizerV2
 
 __all__ = ["AdEMAMix"]
-
-
-def _check_warmup(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"`{name}` must be None or an integer >= 1 (steps). Received: {name}={value!r}")
 
 
 class AdEMAMix(CustomOptimizerV2):
@@ -83,8 +78,8 @@ class AdEMAMix(CustomOptimizerV2):
         for beta, value in (("beta_1", beta_1), ("beta_2", beta_2), ("beta_3", beta_3)):
             self.add_hyperparameter(beta, value, low=0.0, high=1.0, high_inclusive=False)
         self.add_hyperparameter("alpha", alpha, low=0.0)
-        self.add_option("alpha_warmup", alpha_warmup, lambda value: _check_warmup("alpha_warmup", value))
-        self.add_option("beta_3_warmup", beta_3_warmup, lambda value: _check_warmup("beta_3_warmup", value))
+        self.add_option("alpha_warmup", alpha_warmup, lambda value: check_integer("alpha_warmup", value, 1, True))
+        self.add_option("beta_3_warmup", beta_3_warmup, lambda value: check_integer("beta_3_warmup", value, 1, True))
         self.add_option("epsilon", epsilon, check_epsilon)
 
     def slot_specs(self, var):

@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from optimizers.hyperparameters import check_bool, check_constant, check_epsilon
+from optimizers.hyperparameters import check_bool, check_constant, check_epsilon, check_integer
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import variable_name
 
@@ -17,11 +17,6 @@ __all__ = ["Muon"]
 def _check_patterns(value: Any) -> None:
     if value is not None and (isinstance(value, str) or not all(isinstance(p, str) for p in value)):
         raise TypeError(f"`exclude_layers` must be None or a list of regex strings. Received: exclude_layers={value!r}")
-
-
-def _check_steps(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`ns_steps` must be an integer >= 1. Received: ns_steps={value!r}")
 
 
 def orthogonalize(x: tf.Tensor, steps: int, a: float, b: float, c: float) -> tf.Tensor:
@@ -121,7 +116,7 @@ class Muon(CustomOptimizerV2):
         self.add_option("exclude_embeddings", exclude_embeddings, lambda v: check_bool("exclude_embeddings", v))
         for coefficient, value in (("muon_a", muon_a), ("muon_b", muon_b), ("muon_c", muon_c)):
             self.add_option(coefficient, value, lambda v, n=coefficient: check_constant(n, v))
-        self.add_option("ns_steps", ns_steps, _check_steps)
+        self.add_option("ns_steps", ns_steps, lambda v: check_integer("ns_steps", v, 1))
         self.add_option("nesterov", nesterov, lambda v: check_bool("nesterov", v))
         self.add_option("rms_rate", rms_rate, lambda v: v is None or check_constant("rms_rate", v, low=0.0))
 

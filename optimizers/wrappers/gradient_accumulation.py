@@ -9,7 +9,7 @@ cannot hold the inner step's synchronization.
 
 from __future__ import annotations
 
-import numbers
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from optimizers import compiled
 from optimizers.base import after_checks, all_finite, check_grads_and_vars, index_checks
+from optimizers.hyperparameters import check_integer
 from optimizers.keras_compat import (
     create_hypers,
     hyper_dict,
@@ -44,9 +45,7 @@ class _Held:
         self.variables, self.name, self.kwargs = variables, name, kwargs
 
 
-def _check_steps(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`accumulation_steps` must be an integer >= 1. Received: accumulation_steps={value!r}")
+_check_steps = functools.partial(check_integer, "accumulation_steps", low=1)
 
 
 def _hyperparameter_checks(optimizer: Any) -> list:

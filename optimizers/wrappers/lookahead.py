@@ -7,20 +7,19 @@ verbatim (``tests/test_docs_lookahead_tfa.py`` checks that the two agree).
 
 from __future__ import annotations
 
-import numbers
+import functools
 from typing import Any
 
 import tensorflow as tf
 
+from optimizers.hyperparameters import check_integer
 from optimizers.slots import SlotSpec
 from optimizers.wrappers.base import OptimizerWrapper
 
 __all__ = ["Lookahead"]
 
 
-def _check_sync_period(value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`sync_period` must be an integer >= 1. Received: sync_period={value!r}")
+_check_sync_period = functools.partial(check_integer, "sync_period", low=1)
 
 
 class Lookahead(OptimizerWrapper):

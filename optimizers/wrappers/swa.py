@@ -8,25 +8,19 @@ which TFA's cannot average.
 
 from __future__ import annotations
 
-import numbers
+import functools
 from typing import Any
 
 import tensorflow as tf
 
+from optimizers.hyperparameters import check_integer
 from optimizers.wrappers.averaging import AveragingWrapper
 
 __all__ = ["SWA"]
 
 
-def _check_int(name: str, low: int) -> Any:
-    def check(value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-            raise ValueError(f"`{name}` must be an integer >= {low}. Received: {name}={value!r}")
-
-    return check
-
-
-_check_start, _check_period = _check_int("start_averaging", 0), _check_int("average_period", 1)
+_check_start = functools.partial(check_integer, "start_averaging", low=0)
+_check_period = functools.partial(check_integer, "average_period", low=1)
 
 
 def _compute_dtype(dtype: tf.DType) -> tf.DType:

@@ -55,11 +55,14 @@ def test_the_page_shows_the_shipped_class():
         module = f.read()
     shipped = module[first_definition.search(module).start():]
     assert on_page.rstrip() == shipped.rstrip(), "the page's code differs from optimizers/wrappers/lookahead.py"
-    # What the page runs before the definitions provides the names they use.
-    namespace: dict = {"__name__": "docs_example_check"}
-    exec(compile(sources[0][:len(sources[0]) - len(on_page)], "page imports", "exec"), namespace)
-    for name in ("numbers", "tf", "OptimizerWrapper", "SlotSpec"):
-        assert name in namespace, f"the page's block must import {name} before the class"
+    # What the page runs before the definitions provides every name the module's preamble does.
+    def preamble_names(source, where):
+        namespace: dict = {"__name__": "docs_example_check"}
+        exec(compile(source[:first_definition.search(source).start()], where, "exec"), namespace)
+        return {name for name in namespace if not name.startswith("__") and name != "annotations"}
+
+    missing = preamble_names(module, "module preamble") - preamble_names(sources[0], "page preamble")
+    assert not missing, f"the page's block must define {sorted(missing)} before the class"
 
 
 # inner optimizer: (ours, TFA's peer), each a function of jit_compile (used by template optimizers only)

@@ -1,26 +1,4 @@
-"""This library's optimizers as Keras 3 optimizers (``keras.optimizers.Optimizer`` subclasses).
-
-Keras 3 models (``import keras``: TensorFlow 2.16+'s ``tf.keras``) take these::
-
-    import keras
-    from optimizers import keras3 as optimizers
-
-    model.compile(optimizer=optimizers.AdamW(weight_decay=1e-4, learning_rate=1e-3), loss=...)
-
-Each class has the name, signature and numbers of the Keras 2 class of the same name (the same
-rule runs: :class:`~optimizers.UpdateRule`'s hooks, its kernels and compiled steps, through
-``optimizers/execution.py``), plus Keras 3's own options: ``clipnorm``, ``clipvalue``,
-``global_clipnorm``, ``use_ema``, ``ema_momentum``, ``ema_overwrite_frequency``,
-``loss_scale_factor`` and ``gradient_accumulation_steps``. :func:`keras3_class` makes the Keras 3
-class of any :class:`~optimizers.CustomOptimizerV2` subclass that uses only the public hooks.
-
-Runs on Keras 3's TensorFlow backend (``KERAS_BACKEND=tensorflow``, the default).
-The optimizer's learning rate is Keras 3's (a float, a ``keras.optimizers.schedules``
-schedule, or a callable; ``ReduceLROnPlateau`` and ``LearningRateScheduler`` set it); every other
-hyperparameter is the rule's, read and set as an attribute of the same name. Weight decay is
-the rule's (TensorFlow Addons' by default, ``scale_weight_decay_by_lr=True`` for Keras 3's),
-never Keras 3's own on top of it.
-"""
+"""``RuleOptimizer``: a Keras 3 optimizer that runs the rule of a template optimizer class."""
 
 from __future__ import annotations
 
@@ -29,25 +7,17 @@ import inspect
 import re
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from optimizers import config as config_lib
-from optimizers import rules as rules_lib
 from optimizers import slots as slots_lib
 from optimizers.execution import StepRunner
 from optimizers.keras_compat import create_hypers, hyper_dict
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import on_this_device
 
-try:
-    import keras
-except ImportError as error:  # pragma: no cover - a stack without Keras 3
-    raise ImportError("optimizers.keras3 needs Keras 3 (`pip install keras`, brought by TensorFlow 2.16+)") from error
-if not keras.__version__.startswith("3"):  # TensorFlow <= 2.15 brings Keras 2 as `keras`
-    raise ImportError(f"optimizers.keras3 needs Keras 3; this environment has Keras {keras.__version__}: "
-                      "use the Keras 2 classes of `optimizers` instead")
-
-__all__ = ["keras3_class", *rules_lib.__all__]
+__all__ = ["KERAS3_ARGUMENTS", "RuleOptimizer", "add_slot", "keras3_class"]
 
 #: The arguments Keras 3's ``Optimizer`` takes for itself (the rule never sees them).
 KERAS3_ARGUMENTS = ("clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
@@ -140,15 +110,7 @@ class RuleOptimizer(keras.optimizers.Optimizer):
             for var, each, slots in zip(var_list, specs, self._rule_slots):
                 for spec in each:
                     if spec.name == name:
-                        slots[name] = self._add_slot(var, spec)
-
-    def _add_slot(self, var: Any, spec: slots_lib.SlotSpec) -> Any:
-        shape = var.shape if spec.shape is None else spec.shape(list(var.shape))
-        initializer = spec.initializer
-        if not isinstance(initializer, str):
-            initializer = functools.partial(_initial_value, spec.initializer)
-        return self.add_variable(shape=shape, initializer=initializer, dtype=var.dtype,
-                                 name=f"{var.path.replace('/', '_')}_{spec.name}")
+                        slots[name] = add_slot(self, var, spec)
 
     # ------------------------------------------------------------------ step
     def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:
@@ -198,6 +160,17 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         return super().from_config(config, custom_objects)
 
 
+def add_slot(optimizer: keras.optimizers.Optimizer, var: Any, spec: slots_lib.SlotSpec) -> Any:
+    """``optimizer``'s variable for slot ``spec`` of ``var`` (a Keras 3 variable), named after
+    ``var``'s path and the slot."""
+    shape = var.shape if spec.shape is None else spec.shape(list(var.shape))
+    initializer = spec.initializer
+    if not isinstance(initializer, str):
+        initializer = functools.partial(_initial_value, spec.initializer)
+    return optimizer.add_variable(shape=shape, initializer=initializer, dtype=var.dtype,
+                                  name=f"{var.path.replace('/', '_')}_{spec.name}")
+
+
 def _initial_value(initializer: Any, shape: Any, dtype: Any = None, **kwargs: Any) -> Any:
     return initializer(shape, tf.as_dtype(dtype))
 
@@ -221,7 +194,7 @@ def keras3_class(rule_class: type[CustomOptimizerV2]) -> type:
         "__doc__": f"Keras 3's {rule_class.__name__}: the rule of :class:`optimizers.{rule_class.__name__}`, "
                    f"its arguments, and Keras 3's own options ({', '.join(KERAS3_ARGUMENTS)}).\n\n"
                    + (rule_class.__doc__ or ""),
-        "__module__": __name__,
+        "__module__": "optimizers.keras3",  # where users import it
         "__qualname__": rule_class.__name__,
     })
     cls.__signature__ = _signature(rule_class)
@@ -236,7 +209,3 @@ def _signature(rule_class: type) -> inspect.Signature:
                for key in KERAS3_ARGUMENTS if key not in {p.name for p in params}]
     return inspect.Signature(params + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
 
-
-for _name in rules_lib.__all__:
-    globals()[_name] = keras3_class(getattr(rules_lib, _name))
-del _name

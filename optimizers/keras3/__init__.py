@@ -1,0 +1,42 @@
+"""This library's optimizers as Keras 3 optimizers (``keras.optimizers.Optimizer`` subclasses).
+
+Keras 3 models (``import keras``: TensorFlow 2.16+'s ``tf.keras``) take these::
+
+    import keras
+    from optimizers import keras3 as optimizers
+
+    model.compile(optimizer=optimizers.AdamW(weight_decay=1e-4, learning_rate=1e-3), loss=...)
+
+Each class has the name, signature and numbers of the Keras 2 class of the same name (the same
+rule runs: :class:`~optimizers.UpdateRule`'s hooks, its kernels and compiled steps, through
+``optimizers/execution.py``), plus Keras 3's own options: ``clipnorm``, ``clipvalue``,
+``global_clipnorm``, ``use_ema``, ``ema_momentum``, ``ema_overwrite_frequency``,
+``loss_scale_factor`` and ``gradient_accumulation_steps``. :func:`keras3_class` makes the Keras 3
+class of any :class:`~optimizers.CustomOptimizerV2` subclass that uses only the public hooks.
+
+Runs on Keras 3's TensorFlow backend (``KERAS_BACKEND=tensorflow``, the default).
+The optimizer's learning rate is Keras 3's (a float, a ``keras.optimizers.schedules``
+schedule, or a callable; ``ReduceLROnPlateau`` and ``LearningRateScheduler`` set it); every other
+hyperparameter is the rule's, read and set as an attribute of the same name. Weight decay is
+the rule's (TensorFlow Addons' by default, ``scale_weight_decay_by_lr=True`` for Keras 3's),
+never Keras 3's own on top of it.
+"""
+
+from __future__ import annotations
+
+try:
+    import keras
+except ImportError as error:  # pragma: no cover - a stack without Keras 3
+    raise ImportError("optimizers.keras3 needs Keras 3 (`pip install keras`, brought by TensorFlow 2.16+)") from error
+if not keras.__version__.startswith("3"):  # TensorFlow <= 2.15 brings Keras 2 as `keras`
+    raise ImportError(f"optimizers.keras3 needs Keras 3; this environment has Keras {keras.__version__}: "
+                      "use the Keras 2 classes of `optimizers` instead")
+
+from optimizers import rules as _rules  # noqa: E402
+from optimizers.keras3.rule_optimizer import keras3_class  # noqa: E402
+
+__all__ = ["keras3_class", *_rules.__all__]
+
+for _name in _rules.__all__:
+    globals()[_name] = keras3_class(getattr(_rules, _name))
+del _name

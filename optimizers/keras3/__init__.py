@@ -34,9 +34,17 @@ if not keras.__version__.startswith("3"):  # TensorFlow <= 2.15 brings Keras 2 a
 
 from optimizers import rules as _rules  # noqa: E402
 from optimizers.keras3.rule_optimizer import keras3_class  # noqa: E402
+from optimizers.keras3.wrapper_optimizer import keras3_wrapper_class  # noqa: E402
+from optimizers.wrappers.lookahead import Lookahead as _Lookahead  # noqa: E402
+from optimizers.wrappers.moving_average import MovingAverage as _MovingAverage  # noqa: E402
+from optimizers.wrappers.swa import SWA as _SWA  # noqa: E402
 
-__all__ = ["keras3_class", *_rules.__all__]
+_WRAPPERS = (_Lookahead, _MovingAverage, _SWA)
+
+__all__ = ["keras3_class", "keras3_wrapper_class", *_rules.__all__, *(w.__name__ for w in _WRAPPERS)]
 
 for _name in _rules.__all__:
     globals()[_name] = keras3_class(getattr(_rules, _name))
-del _name
+for _wrapper in _WRAPPERS:
+    globals()[_wrapper.__name__] = keras3_wrapper_class(_wrapper)
+del _name, _wrapper

@@ -172,7 +172,10 @@ def add_slot(optimizer: keras.optimizers.Optimizer, var: Any, spec: slots_lib.Sl
 
 
 def _initial_value(initializer: Any, shape: Any, dtype: Any = None, **kwargs: Any) -> Any:
-    return initializer(shape, tf.as_dtype(dtype))
+    # Outside any function being traced (Keras 3 builds the optimizer in the first traced step
+    # without a strategy): a value read from the variable then lifts out of an XLA step.
+    with tf.init_scope():
+        return initializer(shape, tf.as_dtype(dtype))
 
 
 def keras3_class(rule_class: type[CustomOptimizerV2]) -> type:

@@ -14,7 +14,14 @@ from optimizers.wrappers.base import OptimizerWrapper
 __all__ = ["AveragingWrapper"]
 
 
-def _swap(var: tf.Variable, average: tf.Variable) -> Any:
+#: The error of ``swap_weights()`` before any average exists.
+NO_AVERAGES = ("swap_weights() needs averages, which are created by the first training step, or by "
+               "shadow_copy(model.trainable_weights): equal to the weights, or after loading a model, "
+               "to the averages it saved. Received: an optimizer with no averages yet.")
+
+
+def swap_values(var: tf.Variable, average: tf.Variable) -> Any:
+    """Exchange the values of ``var`` and ``average``, through a copy (bit-exact)."""
     saved = tf.identity(var)  # a snapshot: the assignment below does not change it
     with tf.control_dependencies([saved]):
         assigned = var.assign(average, read_value=False)
@@ -22,7 +29,7 @@ def _swap(var: tf.Variable, average: tf.Variable) -> Any:
         return average.assign(saved, read_value=False)
 
 
-def _assign(var: tf.Variable, average: tf.Variable) -> Any:
+def assign_average(var: tf.Variable, average: tf.Variable) -> Any:
     return var.assign(average, read_value=False)
 
 
@@ -89,14 +96,12 @@ class AveragingWrapper(OptimizerWrapper):
     def assign_average_vars(self, var_list: Iterable[tf.Variable]) -> Any:
         """Set each variable of ``var_list`` to its average (variables without
         one, such as non-trainable or updater-owned ones, are left as they are)."""
-        return self._for_each_average(list(var_list), _assign)
+        return self._for_each_average(list(var_list), assign_average)
 
     def swap_weights(self) -> None:
         """Exchange the averaged weights and the trained ones; twice restores
         both exactly. Works with or without a ``tf.distribute`` strategy."""
         variables = self.wrapped_variables()
         if not variables:
-            raise ValueError("swap_weights() needs averages, which are created by the first training step, or by "
-                             "shadow_copy(model.trainable_weights): equal to the weights, or after loading a model, "
-                             "to the averages it saved. Received: an optimizer with no averages yet.")
-        self._for_each_average(variables, _swap)
+            raise ValueError(NO_AVERAGES)
+        self._for_each_average(variables, swap_values)

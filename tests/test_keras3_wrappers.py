@@ -33,6 +33,8 @@ CASES = {
     "SWA": dict(start_averaging=2, average_period=2),
 }
 SLOT = {"Lookahead": "slow", "MovingAverage": "average", "SWA": "average"}
+#: The classes trained on a model: every wrapper around Adam, and a MultiOptimizer.
+MODEL_CASES = [*sorted(CASES), "MultiOptimizer"]
 #: Inner optimizers: the Keras 3 class, and the Keras 2 class with the same numbers.
 INNER = {
     "adam": (lambda: keras3.Adam(learning_rate=0.05), lambda: optimizers.Adam(learning_rate=0.05)),
@@ -125,13 +127,23 @@ def _weights(model):
     return np.concatenate([w.ravel() for w in model.get_weights()])
 
 
+def _optimizer(name, model):
+    """The optimizer ``name`` for ``model``: a wrapper around Adam, or a MultiOptimizer pairing this
+    library's AdamW with the embedding and Keras 3's own SGD with the dense layers."""
+    if name == "MultiOptimizer":
+        embedding = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)]
+        dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+        return keras3.MultiOptimizer([(keras3.AdamW(weight_decay=0.01, learning_rate=0.01), embedding),
+                                      (keras.optimizers.SGD(0.05, momentum=0.9), dense)])
+    return getattr(keras3, name)(keras3.Adam(learning_rate=0.01), **CASES[name])
+
+
 def _fit(name, jit_compile, strategy=None, epochs=2):
     x, y = _data()
     keras.utils.set_random_seed(0)
     with (strategy or tf.distribute.get_strategy()).scope():
         model = _model()
-        model.compile(optimizer=getattr(keras3, name)(keras3.Adam(learning_rate=0.01), **CASES[name]), loss="mse",
-                      jit_compile=jit_compile)
+        model.compile(optimizer=_optimizer(name, model), loss="mse", jit_compile=jit_compile)
     if epochs:
         model.fit(x, y, epochs=epochs, batch_size=16, shuffle=False, verbose=0)
     return model
@@ -148,6 +160,11 @@ def test_fit_trains_with_and_without_xla_to_the_same_weights(name):
     for ours, theirs in zip(compiled.trainable_weights, eager.trainable_weights):
         np.testing.assert_allclose(compiled.optimizer.slots_of(ours)[SLOT[name]].numpy(),
                                    eager.optimizer.slots_of(theirs)[SLOT[name]].numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["Lookahead", "MultiOptimizer"])
+def test_mirrored_strategy_equals_one_device(mirrored, name):
+    np.testing.assert_allclose(_weights(_fit(name, False, mirrored)), _weights(_fit(name, False)), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["MovingAverage", "SWA"])
@@ -202,30 +219,30 @@ folder, names = sys.argv[1], sys.argv[2:]
 for name in names:
     model = keras.models.load_model(f"{folder}/{name}.keras")
     model.fit([x, ids], y, epochs=1, batch_size=16, shuffle=False, verbose=0)
-    slots = [s.numpy().ravel() for w in model.trainable_weights for s in model.optimizer.slots_of(w).values()]
+    slots = [v.numpy().ravel() for v in model.optimizer.variables]
     np.save(f"{folder}/{name}.npy", np.concatenate([w.ravel() for w in model.get_weights()] + slots))
     print(name, int(model.optimizer.iterations.numpy()))
 """
 
 
 def test_keras_files_resume_bit_for_bit_in_a_new_process(tmp_path):
-    """Each wrapper: trained, saved, trained on; the file loaded in a new process and trained on gives
-    the same weights and wrapper slots (the inner optimizer's slots, the wrapper's and the step were kept)."""
+    """Each wrapper, and a MultiOptimizer: trained, saved, trained on; the file loaded in a new process
+    and trained on gives the same weights and optimizer variables (every slot and step was kept)."""
     (x, ids), y = _data()
     for f, value in (("x", x), ("ids", ids), ("y", y)):
         np.save(tmp_path / f"{f}.npy", value)
     expected = {}
-    for name in sorted(CASES):
+    for name in MODEL_CASES:
         model = _fit(name, False, epochs=1)
         model.save(tmp_path / f"{name}.keras")
         model.fit([x, ids], y, epochs=1, batch_size=16, shuffle=False, verbose=0)
-        slots = [s.numpy().ravel() for w in model.trainable_weights for s in model.optimizer.slots_of(w).values()]
+        slots = [v.numpy().ravel() for v in model.optimizer.variables]
         expected[name] = np.concatenate([w.ravel() for w in model.get_weights()] + slots)
-    result = subprocess.run([sys.executable, "-c", RESUME, str(tmp_path), *sorted(CASES)], capture_output=True,
+    result = subprocess.run([sys.executable, "-c", RESUME, str(tmp_path), *MODEL_CASES], capture_output=True,
                             text=True, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-len(CASES):] == [f"{name} 8" for name in sorted(CASES)]
-    for name in sorted(CASES):
+    assert result.stdout.strip().splitlines()[-len(MODEL_CASES):] == [f"{name} 8" for name in MODEL_CASES]
+    for name in MODEL_CASES:
         np.testing.assert_array_equal(np.load(tmp_path / f"{name}.npy"), expected[name], err_msg=name)
 
 
@@ -321,3 +338,88 @@ def test_a_user_s_wrapper_becomes_a_keras_3_optimizer():
     assert var.numpy().tolist() == [3.0, 2.0] and opt.slots_of(var)["max"].numpy().tolist() == [3.0, 3.0]
     with pytest.raises(TypeError, match="wrapper_class"):
         keras3.keras3_wrapper_class(optimizers.Adam)
+
+
+def _split_reference(model, x, y, pairs, epochs=2):
+    """Each optimizer alone on its layers' variables, with the gradients of the whole model (16 a batch)."""
+    for _ in range(epochs):
+        for i in range(0, len(y), 16):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(keras.losses.mean_squared_error(y[i:i + 16], model([a[i:i + 16] for a in x])))
+            grads = dict(zip((id(v) for v in model.trainable_variables),
+                             tape.gradient(loss, [v.value for v in model.trainable_variables])))
+            for optimizer, layers in pairs:
+                variables = [v for layer in layers for v in layer.trainable_variables]
+                optimizer.apply([grads[id(v)] for v in variables], variables)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_multi_optimizer_moves_each_layer_as_its_optimizer_alone(jit_compile):
+    x, y = _data()
+    trained = _fit("MultiOptimizer", jit_compile)
+    keras.utils.set_random_seed(0)
+    model = _model()
+    layers = {kind: [layer for layer in model.layers if isinstance(layer, kind)]
+              for kind in (keras.layers.Embedding, keras.layers.Dense)}
+    _split_reference(model, x, y, [(keras3.AdamW(weight_decay=0.01, learning_rate=0.01), layers[keras.layers.Embedding]),
+                                   (keras.optimizers.SGD(0.05, momentum=0.9), layers[keras.layers.Dense])])
+    if jit_compile:  # XLA may fuse (FMA)
+        np.testing.assert_allclose(_weights(trained), _weights(model), rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(_weights(trained), _weights(model))
+    opt = trained.optimizer
+    assert int(opt.iterations.numpy()) == 8 and [int(o.iterations.numpy()) for o in opt._optimizers] == [8, 8]
+
+
+def test_multi_optimizer_from_its_config_routes_by_path_and_keeps_weights_in_no_pair():
+    keras.utils.set_random_seed(0)
+    model = _model()
+    embedding = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)]
+    spec = keras3.MultiOptimizer.create_optimizer_spec(keras3.SGD(learning_rate=0.5), embedding)
+    assert spec["weights"] == [var.path for var in embedding[0].weights]
+    opt = keras3.MultiOptimizer.from_config(keras3.MultiOptimizer(optimizer_specs=[spec]).get_config())
+    assert keras.optimizers.serialize(opt)["registered_name"] == "optimizers.keras3>MultiOptimizer"
+    before = [w.numpy() for w in model.trainable_weights]
+    model.compile(optimizer=opt, loss="mse")
+    x, y = _data()
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0)
+    for var, value in zip(model.trainable_weights, before):
+        assert np.array_equal(var.numpy(), value) == (var.path not in spec["weights"]), var.path
+
+
+def test_multi_optimizer_refuses_what_it_cannot_do_and_names_it():
+    keras.utils.set_random_seed(0)
+    model = _model()
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    with pytest.raises(ValueError, match="is in pairs 0 and 1"):
+        keras3.MultiOptimizer([(keras3.Adam(), dense), (keras3.SGD(), dense[:1])])
+    with pytest.raises(TypeError, match=r"optimizers_and_layers\[0\]\[0\]` must be a Keras 3 optimizer"):
+        keras3.MultiOptimizer([(optimizers.Adam(), dense)])
+    with pytest.raises(ValueError, match="Give exactly one"):
+        keras3.MultiOptimizer()
+    with pytest.raises(ValueError, match="no learning_rate"):
+        keras3.MultiOptimizer([(keras3.Adam(), dense)], learning_rate=0.1)
+    opt = keras3.MultiOptimizer([(keras3.Adam(), dense[:1])])
+    with pytest.raises(ValueError, match="no learning rate of its own"):
+        opt.learning_rate = 0.1
+    assert not hasattr(opt, "learning_rate")  # what Keras 3's learning-rate callbacks check
+    embedding = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)][0]
+    with pytest.raises(ValueError, match="None of the variables of this step is in a MultiOptimizer pair"):
+        opt.apply([tf.zeros_like(w) for w in embedding.trainable_weights], embedding.trainable_weights)
+
+
+def test_multi_optimizer_checkpoint_keeps_every_pair_s_state(tmp_path):
+    keras.utils.set_random_seed(0)
+    model = _model()
+    opt = _optimizer("MultiOptimizer", model)
+    model.compile(optimizer=opt, loss="mse")
+    x, y = _data()
+    model.fit(x, y, epochs=1, batch_size=16, shuffle=False, verbose=0)
+    tf.train.Checkpoint(optimizer=opt, model=model).write(str(tmp_path / "ckpt"))
+    keras.utils.set_random_seed(1)
+    other = _model()
+    restored = _optimizer("MultiOptimizer", other)
+    restored.build(other.trainable_variables)
+    tf.train.Checkpoint(optimizer=restored, model=other).read(str(tmp_path / "ckpt")).assert_consumed()
+    for ours, theirs in zip(restored.variables, opt.variables):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())

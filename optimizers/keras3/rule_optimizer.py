@@ -17,7 +17,7 @@ from optimizers.keras_compat import create_hypers, hyper_dict
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import on_this_device
 
-__all__ = ["KERAS3_ARGUMENTS", "RuleOptimizer", "add_slot", "keras3_class"]
+__all__ = ["KERAS3_ARGUMENTS", "RuleOptimizer", "add_slot", "keras2_text", "keras3_class"]
 
 #: The arguments Keras 3's ``Optimizer`` takes for itself (the rule never sees them).
 KERAS3_ARGUMENTS = ("clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
@@ -196,12 +196,17 @@ def keras3_class(rule_class: type[CustomOptimizerV2]) -> type:
         "rule_class": rule_class,
         "__doc__": f"Keras 3's {rule_class.__name__}: the rule of :class:`optimizers.{rule_class.__name__}`, "
                    f"its arguments, and Keras 3's own options ({', '.join(KERAS3_ARGUMENTS)}).\n\n"
-                   + (rule_class.__doc__ or ""),
+                   + keras2_text(rule_class),
         "__module__": "optimizers.keras3",  # where users import it
         "__qualname__": rule_class.__name__,
     })
     cls.__signature__ = _signature(rule_class)
     return keras.saving.register_keras_serializable(package="optimizers.keras3")(cls)
+
+
+def keras2_text(cls: type) -> str:
+    """``cls``'s docstring without its examples, which are Keras 2 code."""
+    return re.split(r"^\s*Example\b[^\n]*:\s*$", cls.__doc__ or "", maxsplit=1, flags=re.M)[0].rstrip() + "\n"
 
 
 def _signature(rule_class: type) -> inspect.Signature:

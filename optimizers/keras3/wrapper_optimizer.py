@@ -14,14 +14,14 @@ import tensorflow as tf
 from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers.hyperparameters import check_number
-from optimizers.keras3.rule_optimizer import add_slot
+from optimizers.keras3.rule_optimizer import add_slot, keras2_text
 from optimizers.keras_compat import keras as keras2
 from optimizers.keras_compat import optimizer_name
 from optimizers.wrappers.averaging import NO_AVERAGES, AveragingWrapper, assign_average, swap_values
 from optimizers.wrappers.base import OptimizerWrapper
 from optimizers.wrappers.delegation import CLIP_KWARGS
 
-__all__ = ["AveragingOptimizer", "WrapperOptimizer", "keras3_wrapper_class"]
+__all__ = ["AveragingOptimizer", "WrapperOptimizer", "keras3_optimizer", "keras3_wrapper_class"]
 
 
 class _Held:
@@ -50,7 +50,7 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
         if keras.backend.backend() != "tensorflow":
             raise ValueError(f"{type(self).__name__} runs on Keras 3's TensorFlow backend (KERAS_BACKEND=tensorflow). "
                              f"Received: the {keras.backend.backend()!r} backend")
-        inner = _keras3_optimizer(optimizer)
+        inner = keras3_optimizer(optimizer)
         if "jit_compile" in kwargs:
             raise TypeError(f"{type(self).__name__}() takes no `jit_compile` on Keras 3, which compiles the whole "
                             f"step: model.compile(jit_compile=...). Received: jit_compile={kwargs['jit_compile']!r}")
@@ -238,16 +238,16 @@ class AveragingOptimizer(WrapperOptimizer):
         return [(var, average) for var, average in pairs if average is not None]
 
 
-def _keras3_optimizer(optimizer: Any) -> keras.optimizers.Optimizer:
+def keras3_optimizer(optimizer: Any, argument: str = "optimizer") -> keras.optimizers.Optimizer:
     """A Keras 3 optimizer from an instance or a name such as ``"adam"`` (Keras 3's own)."""
     if isinstance(optimizer, str):
         try:
             optimizer = keras.optimizers.get(optimizer)
         except ValueError:
-            raise ValueError(f"`optimizer` names no Keras 3 optimizer. Received: optimizer={optimizer!r}") from None
+            raise ValueError(f"`{argument}` names no Keras 3 optimizer. Received: {argument}={optimizer!r}") from None
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError("`optimizer` must be a Keras 3 optimizer (such as `optimizers.keras3.Adam()` or "
-                        f"`keras.optimizers.Adam()`) or a name such as 'adam'. Received: optimizer={optimizer!r}")
+        raise TypeError(f"`{argument}` must be a Keras 3 optimizer (such as `optimizers.keras3.Adam()` or "
+                        f"`keras.optimizers.Adam()`) or a name such as 'adam'. Received: {argument}={optimizer!r}")
     return optimizer
 
 
@@ -274,8 +274,9 @@ def keras3_wrapper_class(wrapper_class: type[OptimizerWrapper]) -> type:
     base = AveragingOptimizer if issubclass(wrapper_class, AveragingWrapper) else WrapperOptimizer
     cls = type(wrapper_class.__name__, (base,), {
         "wrapper_class": wrapper_class,
-        "__doc__": f"Keras 3's {wrapper_class.__name__}, around a Keras 3 optimizer: the hooks and arguments of "
-                   f":class:`optimizers.{wrapper_class.__name__}`.\n\n" + (wrapper_class.__doc__ or ""),
+        "__doc__": f"Keras 3's {wrapper_class.__name__}, around a Keras 3 optimizer: the hooks, arguments and numbers "
+                   f"of :class:`optimizers.{wrapper_class.__name__}`, but ``jit_compile``, which on Keras 3 is the "
+                   "model's (``model.compile(jit_compile=...)``).\n\n" + keras2_text(wrapper_class),
         "__module__": "optimizers.keras3",  # where users import it
         "__qualname__": wrapper_class.__name__,
     })

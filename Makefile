@@ -91,7 +91,7 @@ test-default: venv venv-optax $(KATEX)
 
 test-tf215: venv-tfa
 	$(PY_TFA) -m pytest $(PYTEST_FLAGS) -p no:cacheprovider tests optimizers slots -m "not default_stack_only" \
-		--ignore=$(PS_TESTS) --ignore=optimizers/keras3 --ignore=tests/test_keras3.py --ignore=tests/test_keras3_wrappers.py
+		--ignore=$(PS_TESTS) --ignore=optimizers/keras3 --ignore-glob="tests/test_keras3*.py"
 	$(PY_TFA) -m pytest -n 0 -p no:cacheprovider $(PS_TESTS) -m "not default_stack_only"
 
 # Fails on a warning, and (docs/hooks/math.py) on any built page that still shows raw TeX.

@@ -209,10 +209,18 @@ def _attached(var: Any) -> UpdateRule | None:
     return entry[1] if entry is not None and entry[0]() is var else None
 
 
+def _tf_variable(var: Any) -> Any:
+    """``var``, or the TensorFlow variable of a Keras 3 variable (its ``value``)."""
+    value = getattr(var, "value", None) if not isinstance(var, tf.Variable) else None
+    return value if isinstance(value, tf.Variable) else var
+
+
 def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
-    """Attach ``updater`` to ``var`` (``None`` detaches it)."""
+    """Attach ``updater`` to ``var`` (``None`` detaches it); a Keras 3 variable: to its TensorFlow
+    variable (``var.value``)."""
     if updater is not None:
         check_updater(updater)
+    var = _tf_variable(var)
     if not isinstance(var, tf.Variable):
         raise TypeError(f"`var` must be a tf.Variable. Received: var={var!r}")
     container = distributed_container(var)
@@ -228,6 +236,7 @@ def set_updater(var: tf.Variable, updater: UpdateRule | None) -> None:
 def get_updater(var: tf.Variable) -> UpdateRule | None:
     """The updater attached to ``var`` by :func:`set_updater` or by the Keras 3
     ``overwrite_with_gradient`` attribute, or ``None``."""
+    var = _tf_variable(var)
     candidates = (var, distributed_container(var), logical_variable(var))  # a shard: its sharded table's
     for candidate in candidates:
         updater = _attached(candidate)

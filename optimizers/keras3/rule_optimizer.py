@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import keras
@@ -16,6 +17,7 @@ from optimizers.execution import StepRunner
 from optimizers.keras_compat import create_hypers, hyper_dict
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import on_this_device
+from optimizers.variable_rules import VariableRules, reduce_gradients
 
 __all__ = ["KERAS3_ARGUMENTS", "RuleOptimizer", "add_slot", "keras2_text", "keras3_class"]
 
@@ -43,6 +45,8 @@ class RuleOptimizer(keras.optimizers.Optimizer):
             raise ValueError(f"{type(self).__name__} runs on Keras 3's TensorFlow backend (KERAS_BACKEND=tensorflow). "
                              f"Received: the {keras.backend.backend()!r} backend")
         own = {key: kwargs.pop(key) for key in KERAS3_ARGUMENTS if key in kwargs}
+        if isinstance(kwargs.get("updaters"), Mapping):  # a Keras 3 variable as a key: its TensorFlow variable
+            kwargs["updaters"] = {_as_key(key): rule for key, rule in kwargs["updaters"].items()}
         rule = self.rule_class(*args, **kwargs)
         learning_rate = hyper_dict(rule)["learning_rate"] if self.has_learning_rate() else 0.0
         super().__init__(learning_rate=learning_rate, name=rule.rule_name, **own)
@@ -99,20 +103,52 @@ class RuleOptimizer(keras.optimizers.Optimizer):
 
     # ----------------------------------------------------------------- state
     def build(self, var_list: list) -> None:
+        """Slots of each variable under its rule: this optimizer's, or its updater's (named
+        ``"<rule_name>_<slot>"``); none for a variable Keras 3 overwrites with its gradient."""
         super().build(var_list)
         rule = self.rule
         create_hypers(rule)  # variables: a value set later reaches traced steps
         rule.lock_options()
-        specs = [slots_lib.as_slot_specs(rule.slot_specs(var.value)) for var in var_list]
+        specs = []
+        for var in var_list:
+            var_rule = self._rule_of(var.value)
+            own = slots_lib.as_slot_specs(var_rule.slot_specs(var.value)) if not _overwritten(var) else ()
+            specs.append(("" if var_rule is rule else var_rule.rule_name, own))
         self._rule_slots = [dict() for _ in var_list]
-        names = list(dict.fromkeys(spec.name for each in specs for spec in each))  # every "m", then every "v"
-        for name in names:
-            for var, each, slots in zip(var_list, specs, self._rule_slots):
+        names = list(dict.fromkeys((prefix, spec.name) for prefix, each in specs for spec in each))
+        for prefix, name in names:  # every "m", then every "v", then each updater's
+            for var, (var_prefix, each), slots in zip(var_list, specs, self._rule_slots):
                 for spec in each:
-                    if spec.name == name:
-                        slots[name] = add_slot(self, var, spec)
+                    if (var_prefix, spec.name) == (prefix, name):
+                        slots[name] = add_slot(self, var, spec, prefix)
+
+    def _rule_of(self, var: tf.Variable) -> Any:
+        """The rule that moves ``var``: its updater (``updaters=``, ``optimizers.set_updater``), else
+        this optimizer's."""
+        return self.rule.updater_for(var) or self.rule
 
     # ------------------------------------------------------------------ step
+    def _overwrite_variables_directly_with_gradients(self, grads: list, trainable_variables: list) -> tuple:
+        """Keras 3's hook that takes its ``overwrite_with_gradient`` variables out of the step, before
+        loss scaling, clipping, accumulation and the EMA: the variables with an updater are
+        stepped here too, each gradient combined across replicas by its updater's ``reduction``."""
+        grads, trainable_variables = super()._overwrite_variables_directly_with_gradients(grads, trainable_variables)
+        routed = [i for i, var in enumerate(trainable_variables) if self._rule_of(var.value) is not self.rule]
+        if not routed:
+            return grads, trainable_variables
+        self._held.coefficients = {}
+        pairs = reduce_gradients(self._rule_of, [(grads[i], trainable_variables[i].value) for i in routed],
+                                 _sum_across_replicas)  # each by its updater's reduction, in one all-reduce
+        pairs = [(grad, var) for grad, var in pairs if self._rule_of(var).reduction != "none"]  # Frozen's
+
+        def update(distribution: tf.distribute.Strategy, pairs: list) -> None:
+            for grad, var in pairs:
+                distribution.extended.update(var, self._update, args=(grad,), group=False)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(update, self._distribution_strategy, pairs)
+        kept = [i for i in range(len(grads)) if i not in set(routed)]
+        return [grads[i] for i in kept], [trainable_variables[i] for i in kept]
+
     def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:
         """Keras 3's hook that runs ``update_step`` for every variable of one step: the rule's
         coefficients are computed once per (device, dtype) in it."""
@@ -120,9 +156,9 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         super()._backend_update_step(grads, trainable_variables, learning_rate)
 
     def _inputs_of(self, var: tf.Variable, apply_state: Any) -> tuple:
-        rule, cache = self.rule, self._held.coefficients
+        rule, cache = self._rule_of(var), self._held.coefficients
         slots = {name: on_this_device(slot.value) for name, slot in self._rule_slots[self._get_variable_index(var)].items()}
-        key = (var.device, var.dtype.base_dtype)
+        key = (var.device, var.dtype.base_dtype, id(rule))
         if key not in cache:
             with tf.device(var.device):
                 cache[key] = rule.step_coefficients(var.dtype.base_dtype, self._steps_taken())
@@ -135,6 +171,10 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         return iterations.value if isinstance(iterations, keras.Variable) else iterations
 
     def update_step(self, gradient: Any, variable: tf.Variable, learning_rate: Any) -> Any:
+        return self._update(variable, gradient)
+
+    def _update(self, variable: tf.Variable, gradient: Any) -> Any:
+        """The step of ``variable`` under its rule."""
         if isinstance(gradient, tf.IndexedSlices):  # unique rows, summed, as the rule's update_sparse takes them
             indices, position = tf.unique(gradient.indices)
             values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(indices)[0])
@@ -154,21 +194,42 @@ class RuleOptimizer(keras.optimizers.Optimizer):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: dict | None = None) -> RuleOptimizer:
         config = dict(config)
+        if "updaters" in config:
+            config["updaters"] = VariableRules.updaters_from_config(config["updaters"])
         if not cls.has_learning_rate():
             config.pop("learning_rate", None)
             return cls(**config)
         return super().from_config(config, custom_objects)
 
 
-def add_slot(optimizer: keras.optimizers.Optimizer, var: Any, spec: slots_lib.SlotSpec) -> Any:
+def _as_key(key: Any) -> Any:
+    """An ``updaters=`` key with a Keras 3 variable's TensorFlow variable in its place."""
+    return key.value if isinstance(key, keras.Variable) else key
+
+
+def _overwritten(var: Any) -> bool:
+    """Whether Keras 3 sets ``var`` (a Keras 3 variable) to its gradient, outside any rule."""
+    return getattr(var, "overwrite_with_gradient", False) is True
+
+
+def _sum_across_replicas(grads_and_vars: list) -> list:
+    """``grads_and_vars`` summed across the replicas of the replica context (as they are outside one)."""
+    context = tf.distribute.get_replica_context()
+    if context is None or not grads_and_vars:
+        return grads_and_vars
+    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, [grad for grad, _ in grads_and_vars])
+    return list(zip(summed, [var for _, var in grads_and_vars]))
+
+
+def add_slot(optimizer: keras.optimizers.Optimizer, var: Any, spec: slots_lib.SlotSpec, prefix: str = "") -> Any:
     """``optimizer``'s variable for slot ``spec`` of ``var`` (a Keras 3 variable), named after
-    ``var``'s path and the slot."""
+    ``var``'s path, ``prefix`` (an updater's name) and the slot."""
     shape = var.shape if spec.shape is None else spec.shape(list(var.shape))
     initializer = spec.initializer
     if not isinstance(initializer, str):
         initializer = functools.partial(_initial_value, spec.initializer)
     return optimizer.add_variable(shape=shape, initializer=initializer, dtype=var.dtype,
-                                  name=f"{var.path.replace('/', '_')}_{spec.name}")
+                                  name="_".join(p for p in (var.path.replace("/", "_"), prefix, spec.name) if p))
 
 
 def _initial_value(initializer: Any, shape: Any, dtype: Any = None, **kwargs: Any) -> Any:

@@ -12,14 +12,21 @@ from optimizers.keras_compat import keras
 from optimizers.tf_compat import optimizer_chain
 from optimizers.wrappers.averaging import AveragingWrapper
 
-__all__ = ["MovingAverageCallback", "averaged_weights"]
+__all__ = ["EvaluatesAverages", "MovingAverageCallback", "averaged_weights"]
+
+
+def _averages(optimizer: Any) -> bool:
+    """Whether ``optimizer`` keeps averages of the weights: an :class:`~optimizers.AveragingWrapper`,
+    or its Keras 3 class (``optimizers.keras3.MovingAverage``...), which has its methods."""
+    return isinstance(optimizer, AveragingWrapper) or all(
+        callable(getattr(type(optimizer), name, None)) for name in ("average_of", "assign_average_vars", "swap_weights"))
 
 
 def averaging_optimizer(model: Any, user: str) -> AveragingWrapper:
     """The averaging wrapper ``model`` is compiled with, also inside a ``LossScaleOptimizer`` or
     other wrappers (``GradientAccumulation(MovingAverage(...))``); else a ``TypeError`` that
     names ``user``."""
-    optimizer = next((each for each in optimizer_chain(model.optimizer) if isinstance(each, AveragingWrapper)), None)
+    optimizer = next((each for each in optimizer_chain(model.optimizer) if _averages(each)), None)
     if optimizer is None:
         raise TypeError(f"{user} needs a model compiled with an averaging wrapper (MovingAverage or SWA), possibly "
                         f"inside a LossScaleOptimizer or another wrapper. Received: model.optimizer={model.optimizer!r}")
@@ -45,33 +52,8 @@ def averaged_weights(model: Any) -> Iterator[None]:
             var.assign(value)
 
 
-class MovingAverageCallback(keras.callbacks.Callback):
-    """At the end of each epoch, evaluate and/or save the model with its averaged
-    weights, then give it back its trained weights (bit for bit).
-
-    Args:
-        filepath: Where to save, formatted with ``epoch`` (1-based) and the
-            epoch's logs like ``ModelCheckpoint`` (``"avg-{epoch:02d}.h5"``);
-            ``None`` to not save. Defaults to ``None``.
-        save_weights_only: Save only the weights (``model.save_weights``)
-            rather than the whole model. Defaults to ``False``.
-        validation_data: Data for ``model.evaluate`` (a dataset, or an
-            ``(x, y)`` tuple); its results go into the epoch's logs as
-            ``average_<metric>``. Defaults to ``None``: no evaluation.
-        batch_size: ``batch_size`` for ``model.evaluate``. Defaults to ``None``.
-        verbose: Print where the model was saved. Defaults to ``0``.
-
-    >>> import numpy as np
-    >>> import optimizers
-    >>> keras = optimizers.keras
-    >>> model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
-    >>> model.compile(optimizers.MovingAverage("sgd"), loss="mse")
-    >>> x, y = np.ones((8, 2)), np.ones((8, 1))
-    >>> history = model.fit(x, y, epochs=1, verbose=0,
-    ...                     callbacks=[optimizers.MovingAverageCallback(validation_data=(x, y))])
-    >>> "average_loss" in history.history
-    True
-    """
+class EvaluatesAverages:
+    """What :class:`MovingAverageCallback` does, on the ``Callback`` of either Keras (its base beside this one)."""
 
     def __init__(self, filepath: str | None = None, save_weights_only: bool = False, validation_data: Any = None,
                  batch_size: int | None = None, verbose: int = 0) -> None:
@@ -110,3 +92,32 @@ class MovingAverageCallback(keras.callbacks.Callback):
                     self.model.save(path)
                 if self.verbose:
                     print(f"Epoch {epoch + 1}: saved the model with averaged weights to {path}")
+
+
+class MovingAverageCallback(EvaluatesAverages, keras.callbacks.Callback):
+    """At the end of each epoch, evaluate and/or save the model with its averaged
+    weights, then give it back its trained weights (bit for bit).
+
+    Args:
+        filepath: Where to save, formatted with ``epoch`` (1-based) and the
+            epoch's logs like ``ModelCheckpoint`` (``"avg-{epoch:02d}.h5"``);
+            ``None`` to not save. Defaults to ``None``.
+        save_weights_only: Save only the weights (``model.save_weights``)
+            rather than the whole model. Defaults to ``False``.
+        validation_data: Data for ``model.evaluate`` (a dataset, or an
+            ``(x, y)`` tuple); its results go into the epoch's logs as
+            ``average_<metric>``. Defaults to ``None``: no evaluation.
+        batch_size: ``batch_size`` for ``model.evaluate``. Defaults to ``None``.
+        verbose: Print where the model was saved. Defaults to ``0``.
+
+    >>> import numpy as np
+    >>> import optimizers
+    >>> keras = optimizers.keras
+    >>> model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    >>> model.compile(optimizers.MovingAverage("sgd"), loss="mse")
+    >>> x, y = np.ones((8, 2)), np.ones((8, 1))
+    >>> history = model.fit(x, y, epochs=1, verbose=0,
+    ...                     callbacks=[optimizers.MovingAverageCallback(validation_data=(x, y))])
+    >>> "average_loss" in history.history
+    True
+    """

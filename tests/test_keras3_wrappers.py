@@ -423,3 +423,33 @@ def test_multi_optimizer_checkpoint_keeps_every_pair_s_state(tmp_path):
     tf.train.Checkpoint(optimizer=restored, model=other).read(str(tmp_path / "ckpt")).assert_consumed()
     for ours, theirs in zip(restored.variables, opt.variables):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("update_weights", [False, True])
+def test_the_averaging_callbacks_evaluate_and_save_the_averages(tmp_path, update_weights):
+    x, y = _data()
+    model = _fit("MovingAverage", False, epochs=0)
+    saved = tmp_path / "avg-{epoch}.keras"
+    history = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[
+        keras3.MovingAverageCallback(validation_data=(x, y)),
+        keras3.AverageModelCheckpoint(update_weights=update_weights, filepath=str(saved))])
+    trained = [w.numpy() for w in model.weights]
+    averages = [model.optimizer.average_of(w).numpy() for w in model.trainable_weights]
+    if update_weights:  # the averages stayed in the model after the last save
+        for var, average in zip(model.trainable_weights, averages):
+            np.testing.assert_array_equal(var.numpy(), average)
+    else:
+        model.optimizer.swap_weights()
+        assert model.evaluate(x, y, verbose=0) == pytest.approx(history.history["average_loss"][-1], rel=1e-6)
+        model.optimizer.swap_weights()
+        np.testing.assert_array_equal(_weights(model), np.concatenate([w.ravel() for w in trained]))
+    loaded = keras.models.load_model(str(saved).format(epoch=2))
+    for var, average in zip(loaded.trainable_weights, averages):
+        np.testing.assert_array_equal(var.numpy(), average)
+
+
+def test_an_averaging_callback_refuses_a_model_without_averages():
+    model = _fit("Lookahead", False, epochs=0)
+    x, y = _data()
+    with pytest.raises(TypeError, match="MovingAverageCallback needs a model compiled with an averaging wrapper"):
+        model.fit(x, y, epochs=1, verbose=0, callbacks=[keras3.MovingAverageCallback(validation_data=(x, y))])

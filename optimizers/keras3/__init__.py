@@ -33,6 +33,7 @@ if not keras.__version__.startswith("3"):  # TensorFlow <= 2.15 brings Keras 2 a
                       "use the Keras 2 classes of `optimizers` instead")
 
 from optimizers import rules as _rules  # noqa: E402
+from optimizers.keras3.callbacks import AverageModelCheckpoint, MovingAverageCallback  # noqa: E402
 from optimizers.keras3.multi_optimizer import MultiOptimizer  # noqa: E402
 from optimizers.keras3.rule_optimizer import keras3_class  # noqa: E402
 from optimizers.keras3.wrapper_optimizer import keras3_wrapper_class  # noqa: E402
@@ -42,7 +43,7 @@ from optimizers.wrappers.swa import SWA as _SWA  # noqa: E402
 
 _WRAPPERS = (_Lookahead, _MovingAverage, _SWA)
 
-__all__ = ["MultiOptimizer", "keras3_class", "keras3_wrapper_class", *_rules.__all__, *(w.__name__ for w in _WRAPPERS)]
+__all__ = ["AverageModelCheckpoint", "MovingAverageCallback", "MultiOptimizer", "keras3_class", "keras3_wrapper_class", *_rules.__all__, *(w.__name__ for w in _WRAPPERS)]
 
 for _name in _rules.__all__:
     globals()[_name] = keras3_class(getattr(_rules, _name))

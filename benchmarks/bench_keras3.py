@@ -6,7 +6,9 @@ same ~8M float32 parameters held as ``keras.Variable``s, each step a ``tf.functi
 
 * the steady step, goal <= 1.0: the library's fused decay-then-Adam kernel, one pass over memory,
   against Keras 3's ops;
-* the first step (building the slots, tracing the step and running it once), goal <= 1.0.
+* the first step (building the slots, tracing the step and running it once), goal <= 1.0;
+* the steady step of ``keras3.MovingAverage`` around it against Keras 3's own weight average
+  (``use_ema=True``: the same exponential average, kept by the optimizer), goal <= 1.0.
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ def _peer():
     return keras.optimizers.AdamW(learning_rate=1e-3, weight_decay=1e-2)
 
 
+def _ours_averaged():
+    from optimizers import keras3
+
+    return keras3.MovingAverage(_ours(), average_decay=0.99)
+
+
+def _peer_averaged():
+    import keras
+
+    return keras.optimizers.AdamW(learning_rate=1e-3, weight_decay=1e-2, use_ema=True, ema_momentum=0.99)
+
+
+def steady_averaged() -> tuple[float, float]:
+    """``keras3.MovingAverage(keras3.AdamW)`` against Keras 3's own average (``use_ema=True``)."""
+    ours_vars, grads = _problem()
+    peer_vars, _ = _problem()
+    return best_rounds(_step(_ours_averaged(), ours_vars, grads), _step(_peer_averaged(), peer_vars, grads),
+                       repeats=30)
+
+
 def steady() -> tuple[float, float]:
     ours_vars, grads = _problem()
     peer_vars, _ = _problem()
@@ -70,4 +92,6 @@ def cases() -> list[Case]:
     return [
         Case("Keras 3: keras3.AdamW / keras.optimizers.AdamW, 8M f32", "Keras 3 AdamW", 1.0, steady),
         Case("Keras 3: first step (build + trace + step), 8M f32", "Keras 3 AdamW", 1.0, first_step),
+        Case("Keras 3: keras3.MovingAverage(AdamW) / AdamW(use_ema=True), 8M f32", "Keras 3 AdamW + EMA", 1.0,
+             steady_averaged),
     ]

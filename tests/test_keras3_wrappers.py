@@ -453,3 +453,24 @@ def test_an_averaging_callback_refuses_a_model_without_averages():
     x, y = _data()
     with pytest.raises(TypeError, match="MovingAverageCallback needs a model compiled with an averaging wrapper"):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[keras3.MovingAverageCallback(validation_data=(x, y))])
+
+
+@pytest.mark.parametrize("name", [*sorted(CASES), "MultiOptimizer"])
+def test_loss_scale_optimizer_wraps_each_class_bit_for_bit(name):
+    """Mixed precision's ``LossScaleOptimizer`` around a wrapper or a MultiOptimizer: the scaled
+    gradients, unscaled (by a power of two: exactly), take the same steps as without it."""
+    keras.utils.set_random_seed(0)
+    scaled, plain = _model(), _model()
+    plain.set_weights(scaled.get_weights())
+    lso = keras.optimizers.LossScaleOptimizer(_optimizer(name, scaled))
+    alone = _optimizer(name, plain)
+    (x, ids), y = _data(16)
+    for _ in range(4):
+        for model, opt in ((scaled, lso), (plain, alone)):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model([x, ids]) - y))
+                if opt is lso:
+                    loss = lso.scale_loss(loss)
+            opt.apply(tape.gradient(loss, [v.value for v in model.trainable_variables]), model.trainable_variables)
+    np.testing.assert_array_equal(_weights(scaled), _weights(plain))
+    assert int(lso.iterations.numpy()) == 4

@@ -474,3 +474,20 @@ def test_loss_scale_optimizer_wraps_each_class_bit_for_bit(name):
             opt.apply(tape.gradient(loss, [v.value for v in model.trainable_variables]), model.trainable_variables)
     np.testing.assert_array_equal(_weights(scaled), _weights(plain))
     assert int(lso.iterations.numpy()) == 4
+
+
+@pytest.mark.parametrize("name", MODEL_CASES)
+def test_save_weights_keeps_the_optimizer_state(tmp_path, name):
+    """``model.save_weights`` (``.weights.h5``) holds every optimizer variable: a model built anew and
+    loaded from it takes the same next epoch."""
+    (x, ids), y = _data()
+    model = _fit(name, False, epochs=1)
+    model.save_weights(tmp_path / "w.weights.h5")
+    again = _fit(name, False, epochs=0)
+    again.optimizer.build(again.trainable_variables)
+    again.load_weights(tmp_path / "w.weights.h5")
+    for model_ in (model, again):
+        model_.fit([x, ids], y, epochs=1, batch_size=16, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(_weights(again), _weights(model))
+    for ours, theirs in zip(again.optimizer.variables, model.optimizer.variables):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())

@@ -491,3 +491,27 @@ def test_save_weights_keeps_the_optimizer_state(tmp_path, name):
     np.testing.assert_array_equal(_weights(again), _weights(model))
     for ours, theirs in zip(again.optimizer.variables, model.optimizer.variables):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_a_wrapper_acts_after_the_steps_an_accumulating_inner_optimizer_takes():
+    """Keras 3's ``gradient_accumulation_steps=2`` on the inner SGD: the weights move every second
+    call (by the two gradients' mean; Keras 3 counts those steps only), and the average follows
+    them then only (numpy reference)."""
+    w0, grads = _grads((3, 2), steps=6)
+    var = keras.Variable(w0)
+    opt = keras3.MovingAverage(keras3.SGD(learning_rate=0.1, gradient_accumulation_steps=2), average_decay=0.75)
+    theta, average = w0.astype("float64"), w0.astype("float64")
+    for call, grad in enumerate(grads, start=1):
+        opt.apply([tf.constant(grad)], [var])
+        if call % 2 == 0:
+            theta = theta - np.float32(0.1) * (grads[call - 2] + grad) / 2.0
+            average = average - (average - theta) * 0.25
+        np.testing.assert_allclose(var.numpy(), theta, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(opt.average_of(var).numpy(), average, rtol=1e-6, atol=1e-6)
+    lookahead = keras3.Lookahead(keras3.SGD(learning_rate=0.1, gradient_accumulation_steps=2), sync_period=2)
+    slow_var = keras.Variable(w0)
+    for call, grad in enumerate(grads[:4], start=1):
+        before = lookahead.slots_of(slow_var)["slow"].numpy() if call > 1 else w0
+        lookahead.apply([tf.constant(grad)], [slow_var])
+        synchronized = call == 4  # the inner optimizer's second step
+        assert np.array_equal(lookahead.slots_of(slow_var)["slow"].numpy(), before) != synchronized, call

@@ -149,25 +149,40 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
         if type(self.wrapper).before_step is not OptimizerWrapper.before_step:
             changed = list(self.wrapper.before_step([(g, v.value) for g, v in zip(grads, variables)]))
             grads = [g for g, _ in changed]
-        self.inner_optimizer.apply(grads, variables)
+        # An inner optimizer that may take no step on a call (Keras 3's gradient accumulation, a
+        # LossScaleOptimizer's non-finite gradients) does not count it: then after_step waits too.
+        inner = self.inner_optimizer
+        may_skip = bool(inner.gradient_accumulation_steps) or isinstance(inner, keras.optimizers.LossScaleOptimizer)
+        before = tf.identity(tf.convert_to_tensor(self.iterations)) if may_skip else None
+        inner.apply(grads, variables)
         wrapped = [v for g, v in zip(grads, variables) if g is not None and self.slots_of(v)]
         if wrapped and type(self.wrapper).after_step is not OptimizerWrapper.after_step:
-            tf.__internal__.distribute.interim.maybe_merge_call(self._after_step, self._distribution_strategy, wrapped)
+            tf.__internal__.distribute.interim.maybe_merge_call(self._after_step, self._distribution_strategy, wrapped,
+                                                                before)
 
-    def _after_step(self, distribution: tf.distribute.Strategy, wrapped: list) -> None:
-        """The wrapper's ``after_step`` of each variable of ``wrapped``, on every replica's copy."""
-        steps_before = tf.convert_to_tensor(self.iterations) - 1  # read after the inner step counted it
+    def _after_step(self, distribution: tf.distribute.Strategy, wrapped: list, before: Any) -> None:
+        """The wrapper's ``after_step`` of each variable of ``wrapped``, on every replica's copy, if the
+        inner optimizer took a step (its ``iterations`` was ``before`` and grew)."""
+        steps = tf.convert_to_tensor(self.iterations)  # read after the inner optimizer counted its step
+        stepped = None if before is None else steps > before
+        steps_before = steps - 1
         coefficients: dict = {}
         for var in wrapped:
             dtype = tf.as_dtype(var.value.dtype).base_dtype
             if dtype not in coefficients:
                 coefficients[dtype] = self.wrapper.step_coefficients(dtype, steps_before)
             slots = self.slots_of(var)
-            distribution.extended.update(var.value, functools.partial(self._after_one, tuple(slots), coefficients[dtype]),
-                                         args=tuple(slot.value for slot in slots.values()), group=False)
+            after = functools.partial(self._after_one, tuple(slots), coefficients[dtype], stepped)
+            distribution.extended.update(var.value, after, args=tuple(slot.value for slot in slots.values()),
+                                         group=False)
 
-    def _after_one(self, names: tuple, coefficients: dict, var: tf.Variable, *slots: tf.Variable) -> Any:
-        return self.wrapper.after_step(var, dict(zip(names, slots)), coefficients)
+    def _after_one(self, names: tuple, coefficients: dict, stepped: Any, var: tf.Variable, *slots: tf.Variable) -> Any:
+        def after() -> Any:
+            update = self.wrapper.after_step(var, dict(zip(names, slots)), coefficients)
+            with tf.control_dependencies([] if update is None else [update]):
+                return tf.no_op()
+
+        return after() if stepped is None else tf.cond(stepped, after, tf.no_op)
 
     def finalize_variable_values(self, var_list: list) -> None:
         self.inner_optimizer.finalize_variable_values(var_list)

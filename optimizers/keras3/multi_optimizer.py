@@ -81,6 +81,9 @@ class MultiOptimizer(keras.optimizers.Optimizer):
 
     def __init__(self, optimizers_and_layers: Any = None, optimizer_specs: Any = None, name: str = "MultiOptimizer",
                  **kwargs: Any) -> None:
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(f"MultiOptimizer runs on Keras 3's TensorFlow backend (KERAS_BACKEND=tensorflow). "
+                             f"Received: the {keras.backend.backend()!r} backend")
         refused = {key: value for key, value in kwargs.items() if key in _REFUSED}
         if refused:
             raise ValueError(f"MultiOptimizer takes no {', '.join(refused)}: set them on each pair's optimizer. "

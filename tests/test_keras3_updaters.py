@@ -133,3 +133,11 @@ def test_an_amax_overwrite_takes_the_replicas_maximum_or_mean(mirrored, reductio
         assert float(replica.numpy()) == combine(statistics)
     for replica in weight.value.values:  # the ordinary variable: the gradients' sum, as Keras 3 sums them
         np.testing.assert_allclose(replica.numpy(), [1.0 - 0.1 * sum(statistics)] * 2, rtol=1e-6)
+
+
+def test_a_wrapper_keeps_no_average_of_a_variable_its_inner_optimizer_routes_to_an_updater():
+    frozen, trained = keras.Variable([1.0, 2.0], name="frozen_bias"), keras.Variable([1.0, 2.0], name="kernel")
+    opt = keras3.MovingAverage(keras3.Adam(learning_rate=0.1, updaters={"frozen": optimizers.Frozen()}))
+    opt.apply([tf.constant([1.0, 1.0])] * 2, [frozen, trained])
+    assert opt.average_of(frozen) is None and opt.average_of(trained) is not None
+    assert frozen.numpy().tolist() == [1.0, 2.0]

@@ -11,8 +11,15 @@ Each class has the name, signature and numbers of the Keras 2 class of the same 
 rule runs: :class:`~optimizers.UpdateRule`'s hooks, its kernels and compiled steps, through
 ``optimizers/execution.py``), plus Keras 3's own options: ``clipnorm``, ``clipvalue``,
 ``global_clipnorm``, ``use_ema``, ``ema_momentum``, ``ema_overwrite_frequency``,
-``loss_scale_factor`` and ``gradient_accumulation_steps``. :func:`keras3_class` makes the Keras 3
-class of any :class:`~optimizers.CustomOptimizerV2` subclass that uses only the public hooks.
+``loss_scale_factor`` and ``gradient_accumulation_steps``; a variable may follow its own rule
+(``updaters=``, ``optimizers.set_updater``). :func:`keras3_class` makes the Keras 3 class of any
+:class:`~optimizers.CustomOptimizerV2` subclass that uses only the public hooks.
+
+The wrappers ``MovingAverage``, ``SWA`` and ``Lookahead`` wrap any Keras 3 optimizer, with the
+Keras 2 wrappers' arguments and numbers (:func:`keras3_wrapper_class` makes the Keras 3 class of
+any :class:`~optimizers.OptimizerWrapper` subclass); ``MultiOptimizer`` pairs Keras 3 optimizers
+with groups of layers; ``MovingAverageCallback`` and ``AverageModelCheckpoint`` evaluate and
+save the averages.
 
 Runs on Keras 3's TensorFlow backend (``KERAS_BACKEND=tensorflow``, the default).
 The optimizer's learning rate is Keras 3's (a float, a ``keras.optimizers.schedules``
@@ -43,7 +50,8 @@ from optimizers.wrappers.swa import SWA as _SWA  # noqa: E402
 
 _WRAPPERS = (_Lookahead, _MovingAverage, _SWA)
 
-__all__ = ["AverageModelCheckpoint", "MovingAverageCallback", "MultiOptimizer", "keras3_class", "keras3_wrapper_class", *_rules.__all__, *(w.__name__ for w in _WRAPPERS)]
+__all__ = ["AverageModelCheckpoint", "MovingAverageCallback", "MultiOptimizer", "keras3_class", "keras3_wrapper_class",
+           *_rules.__all__, *(wrapper.__name__ for wrapper in _WRAPPERS)]
 
 for _name in _rules.__all__:
     globals()[_name] = keras3_class(getattr(_rules, _name))

@@ -17,6 +17,7 @@ from optimizers.hyperparameters import check_number
 from optimizers.keras3.rule_optimizer import add_slot, keras2_text
 from optimizers.keras_compat import keras as keras2
 from optimizers.keras_compat import optimizer_name
+from optimizers.updaters import get_updater
 from optimizers.wrappers.averaging import NO_AVERAGES, AveragingWrapper, assign_average, swap_values
 from optimizers.wrappers.base import OptimizerWrapper
 from optimizers.wrappers.delegation import CLIP_KWARGS
@@ -117,9 +118,16 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
         wrapper.lock_options()
         self._wrapper_slots = []
         for var in var_list:
-            wrapped = not getattr(var, "overwrite_with_gradient", False) and wrapper.wraps(var.value)
+            wrapped = (not getattr(var, "overwrite_with_gradient", False) and not self._owned_by_updater(var)
+                       and wrapper.wraps(var.value))
             specs = slots_lib.as_slot_specs(wrapper.slot_specs(var.value)) if wrapped else ()
             self._wrapper_slots.append({spec.name: add_slot(self, var, spec) for spec in specs})
+
+    def _owned_by_updater(self, var: Any) -> bool:
+        """Whether a variable updater moves ``var`` in the inner optimizer (its ``updaters=``, or
+        ``optimizers.set_updater``): such a variable gets none of the wrapper's slots."""
+        lookup = getattr(getattr(self.inner_optimizer, "rule", None), "updater_for", None)  # this library's rules
+        return (lookup(var.value) if lookup is not None else get_updater(var.value)) is not None
 
     @property
     def variables(self) -> list:

@@ -515,3 +515,23 @@ def test_a_wrapper_acts_after_the_steps_an_accumulating_inner_optimizer_takes():
         lookahead.apply([tf.constant(grad)], [slow_var])
         synchronized = call == 4  # the inner optimizer's second step
         assert np.array_equal(lookahead.slots_of(slow_var)["slow"].numpy(), before) != synchronized, call
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_refused_hyperparameter_value_changes_nothing(traced):
+    var = keras.Variable([1.0, 2.0])
+    decay = tf.Variable(0.5)
+    opt = keras3.MovingAverage(keras3.Adam(learning_rate=0.1), average_decay=decay)
+    def step():
+        opt.apply([tf.constant([1.0, 1.0])], [var])
+
+    step = tf.function(step) if traced else step
+    step()
+    before = (var.numpy(), opt.average_of(var).numpy(), int(opt.iterations.numpy()))
+    decay.assign(1.5)
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="average_decay"):
+        step()
+    after = (var.numpy(), opt.average_of(var).numpy(), int(opt.iterations.numpy()))
+    np.testing.assert_array_equal(after[0], before[0])
+    np.testing.assert_array_equal(after[1], before[1])
+    assert after[2] == before[2]

@@ -162,7 +162,11 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
         inner = self.inner_optimizer
         may_skip = bool(inner.gradient_accumulation_steps) or isinstance(inner, keras.optimizers.LossScaleOptimizer)
         before = tf.identity(tf.convert_to_tensor(self.iterations)) if may_skip else None
-        inner.apply(grads, variables)
+        # The wrapper's hyperparameters that can change by themselves are checked before the inner
+        # step (eagerly: raised now), so that a refused step changes nothing.
+        checks = self.wrapper.checked_hyperparameters(tf.convert_to_tensor(self.iterations))
+        with tf.control_dependencies(checks if not tf.executing_eagerly() else []):
+            inner.apply(grads, variables)
         wrapped = [v for g, v in zip(grads, variables) if g is not None and self.slots_of(v)]
         if wrapped and type(self.wrapper).after_step is not OptimizerWrapper.after_step:
             tf.__internal__.distribute.interim.maybe_merge_call(self._after_step, self._distribution_strategy, wrapped,

@@ -130,9 +130,18 @@ def _restored(var: tf.Variable) -> dict:
     return _RESTORED.get(variable_key(var), {})
 
 
+#: Saving's own state of each optimizer (its slots by saved name, the names it gave, the values
+#: waiting for slots...), beside the optimizer, never in its attributes; dropped with it.
+_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _state(optimizer: Any) -> dict:
+    return _STATE.setdefault(optimizer, {})
+
+
 def slot_index(optimizer: Any) -> dict:
     """``{(saved name, slot name): (variable, slot variable)}``, filled by ``add_slot``."""
-    return optimizer.__dict__.setdefault("_slots_by_name", {})
+    return _state(optimizer).setdefault("slots_by_name", {})
 
 
 def saved_name(optimizer: Any, var: tf.Variable) -> str:
@@ -140,10 +149,10 @@ def saved_name(optimizer: Any, var: tf.Variable) -> str:
     other variable of that name it meets (nested models with layers of the same name)
     ``"<name>#<n>"``, n from 1, in the order the variables are first met (slot creation on
     both sides: the model's order)."""
-    names = optimizer.__dict__.setdefault("_saved_names", {})
+    names = _state(optimizer).setdefault("saved_names", {})
     key = variable_key(var)
     if key not in names:
-        counts = optimizer.__dict__.setdefault("_saved_name_counts", {})
+        counts = _state(optimizer).setdefault("saved_name_counts", {})
         n = counts.get(var.name, 0)
         counts[var.name] = n + 1
         names[key] = var.name if n == 0 else f"{var.name}#{n}"
@@ -156,7 +165,7 @@ def _names_in_file(optimizer: Any) -> dict:
     that model's only, numbered apart among themselves (:func:`saved_name`'s scheme, in the order
     the optimizer met them), so that the file of one of two models sharing an optimizer and their
     layers' names holds its own slots under the names its own fresh optimizer will give them."""
-    met = optimizer.__dict__.get("_saved_names", {})
+    met = _state(optimizer).get("saved_names", {})
     root = saving_root()
     if root is None or not hasattr(root, "variables"):
         return dict(met)
@@ -213,7 +222,7 @@ def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables:
                 except KeyError:
                     continue
                 entries.append(["inner_slot", var_name, slot_name])
-    for key, value in sorted(optimizer.__dict__.get("_pending_slot_values", {}).items()):
+    for key, value in sorted(_state(optimizer).get("pending_slot_values", {}).items()):
         entries.append(list(key))  # loaded but not trained since: saved again as loaded
         values.append(value)
     header = {"class": type(optimizer).__name__, "entries": entries}
@@ -241,7 +250,7 @@ def load_own_variables(optimizer: Any, store: Any, inner: Any = None) -> None:
                       f"{type(optimizer).__name__}, which keeps its own hyperparameters, step count and slots.",
                       stacklevel=2)
         return
-    pending = optimizer.__dict__.setdefault("_pending_slot_values", {})
+    pending = _state(optimizer).setdefault("pending_slot_values", {})
     for entry, value in zip(entries, values):
         kind = entry[0]
         if kind == "iterations":
@@ -261,9 +270,9 @@ def load_own_variables(optimizer: Any, store: Any, inner: Any = None) -> None:
 def _take_restored_scalars(optimizer: Any, restored_optimizer: Any, create: bool = False) -> None:
     """``iterations`` and hyperparameters from the loader's ``RestoredOptimizer``, once
     (``create``: make the hyperparameter variables now if the SavedModel holds some)."""
-    if optimizer.__dict__.get("_took_restored_scalars"):
+    if _state(optimizer).get("took_restored_scalars"):
         return
-    optimizer.__dict__["_took_restored_scalars"] = True
+    _state(optimizer)["took_restored_scalars"] = True
     if create and any(isinstance(hyper, tf.Variable) for name, hyper in hyper_dict(restored_optimizer).items()
                       if name != "iter"):
         create_hypers(optimizer)
@@ -280,7 +289,7 @@ def _take_restored_scalars(optimizer: Any, restored_optimizer: Any, create: bool
 
 def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
     """The loaded value slot ``slot_name`` of ``var`` must start from, or ``None``."""
-    pending = optimizer.__dict__.get("_pending_slot_values")
+    pending = _state(optimizer).get("pending_slot_values")
     if pending:
         value = pending.pop(("slot", saved_name(optimizer, var), slot_name), None)
         if value is not None:
@@ -296,14 +305,14 @@ def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:
 def has_loaded_slot(optimizer: Any, var: tf.Variable, slot_name: str) -> bool:
     """Whether a loaded file holds slot ``slot_name`` of ``var``, not created yet (it is when the
     slot is: :func:`initial_slot_value`)."""
-    if ("slot", saved_name(optimizer, var), slot_name) in (optimizer.__dict__.get("_pending_slot_values") or {}):
+    if ("slot", saved_name(optimizer, var), slot_name) in (_state(optimizer).get("pending_slot_values") or {}):
         return True
     return slot_name in _restored(var)
 
 
 def restore_inner_slots(optimizer: Any, inner: Any, var: tf.Variable) -> None:
     """Write values loaded by ``optimizer`` into ``inner``'s slots of ``var``."""
-    pending = optimizer.__dict__.get("_pending_slot_values") or {}
+    pending = _state(optimizer).get("pending_slot_values") or {}
     restored = _restored(var)
     for slot_name in inner.get_slot_names():
         try:

@@ -9,6 +9,7 @@ from typing import Any
 import keras
 
 from optimizers.keras3.wrapper_optimizer import keras3_optimizer
+from optimizers.wrappers.multi_optimizer import parse_pairs
 
 __all__ = ["MultiOptimizer"]
 
@@ -100,34 +101,18 @@ class MultiOptimizer(keras.optimizers.Optimizer):
 
     @staticmethod
     def _pairs_of(optimizers_and_layers: Any, optimizer_specs: Any) -> list[tuple]:
-        """``[(optimizer, [paths], {variable ids} or None)]``, checked (ids where layers are given)."""
-        argument, given = (("optimizers_and_layers", optimizers_and_layers) if optimizer_specs is None
-                           else ("optimizer_specs", optimizer_specs))
-        if not isinstance(given, (list, tuple)) or not given:
-            raise TypeError(f"`{argument}` must be a non-empty list. Received: {argument}={given!r}")
-        pairs, owner = [], {}
-        for i, item in enumerate(given):
-            where = f"{argument}[{i}]"
-            if argument == "optimizers_and_layers":
-                if not isinstance(item, (list, tuple)) or len(item) != 2:
-                    raise TypeError(f"{where} must be an (optimizer, layers) pair. Received: {where}={item!r}")
-                optimizer, weights = keras3_optimizer(item[0], where + "[0]"), _weights(item[1], where + "[1]")
-                paths, keys = [var.path for var in weights], {id(var) for var in weights}
-                names = [(id(var), var.path) for var in weights]
-            else:
-                if not isinstance(item, dict) or not {"optimizer", "weights"} <= set(item):
-                    raise TypeError(f"{where} must be a dict with keys 'optimizer' and 'weights'. Received: {item!r}")
-                optimizer, paths, keys = keras3_optimizer(item["optimizer"], where + "['optimizer']"), list(item["weights"]), None
-                names = [(path, path) for path in paths]
-            if any(optimizer is other for other, _, _ in pairs):
-                raise ValueError(f"{where} repeats the optimizer of another pair: give each pair its own (or one pair "
-                                 f"all of their layers). Received: {where}={item!r}")
-            for key, path in names:
-                if owner.setdefault(key, (i, path))[0] != i:
-                    raise ValueError(f"Weight {path!r} is in pairs {owner[key][0]} and {i}: each weight takes one "
-                                     f"optimizer. Received: {where}={item!r}")
-            pairs.append((optimizer, paths, keys))
-        return pairs
+        """``[(optimizer, [paths], {variable ids} or None)]``, checked (ids where layers are given),
+        each optimizer in one pair only (a Keras 3 optimizer keeps one set of variables)."""
+        pairs = parse_pairs(optimizers_and_layers, optimizer_specs,
+                            lambda optimizer, where, from_config: keras3_optimizer(optimizer, where),
+                            _weights, lambda var: var.path, id)
+        argument = "optimizers_and_layers" if optimizer_specs is None else "optimizer_specs"
+        for i, pair in enumerate(pairs):
+            if any(pair["optimizer"] is other["optimizer"] for other in pairs[:i]):
+                raise ValueError(f"{argument}[{i}] repeats the optimizer of another pair: give each pair its own (or "
+                                 f"one pair all of their layers). Received: {argument}[{i}]={pair['optimizer']!r}")
+        return [(pair["optimizer"], pair["weights"], None if pair["keys"] is None else set(pair["keys"]))
+                for pair in pairs]
 
     @classmethod
     def create_optimizer_spec(cls, optimizer: Any, layers_or_model: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ updaters (``optimizers.Frozen()``).
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -119,10 +120,12 @@ def _weights(layers: Any, where: str) -> list[tf.Variable]:
     return weights
 
 
-def _pairs(optimizers_and_layers: Any, optimizer_specs: Any) -> list[dict[str, Any]]:
-    """``[{"optimizer": rule, "weights": [names], "keys": [variable keys] or None}]`` from either
-    argument, checked: the keys of the layers' variables where layers are given (``optimizer_specs``
-    hold names only)."""
+def parse_pairs(optimizers_and_layers: Any, optimizer_specs: Any, resolve: Callable, weights_of: Callable,
+                name_of: Callable, key_of: Callable) -> list[dict[str, Any]]:
+    """``[{"optimizer": optimizer, "weights": [names], "keys": [variable keys] or None}]`` from either
+    argument, checked (a weight in two pairs refused): where layers are given, ``weights_of(layers,
+    where)``'s variables, named by ``name_of`` and keyed by ``key_of``; ``optimizer_specs`` hold names
+    only. ``resolve(optimizer, where, from_config)`` checks each pair's optimizer (Keras 2's or 3's)."""
     argument, given = (("optimizers_and_layers", optimizers_and_layers) if optimizer_specs is None
                        else ("optimizer_specs", optimizer_specs))
     if not isinstance(given, (list, tuple)) or not given:
@@ -133,17 +136,17 @@ def _pairs(optimizers_and_layers: Any, optimizer_specs: Any) -> list[dict[str, A
         if argument == "optimizers_and_layers":
             if not isinstance(item, (list, tuple)) or len(item) != 2:
                 raise TypeError(f"{where} must be an (optimizer, layers) pair. Received: {where}={item!r}")
-            rule, weights = _as_rule(item[0], where + "[0]", False), _weights(item[1], where + "[1]")
-            names, keys = [var.name for var in weights], [variable_key(var) for var in weights]
+            optimizer, weights = resolve(item[0], where + "[0]", False), weights_of(item[1], where + "[1]")
+            names, keys = [name_of(var) for var in weights], [key_of(var) for var in weights]
         else:
             if not isinstance(item, dict) or not {"optimizer", "weights"} <= set(item):
                 raise TypeError(f"{where} must be a dict with keys 'optimizer' and 'weights'. Received: {item!r}")
-            rule, names, keys = _as_rule(item["optimizer"], where + "['optimizer']", True), list(item["weights"]), None
+            optimizer, names, keys = resolve(item["optimizer"], where + "['optimizer']", True), list(item["weights"]), None
         for name, key in zip(names, keys or names):
             if owner.setdefault(key, (i, name))[0] != i:
                 raise ValueError(f"Weight {name!r} is in pairs {owner[key][0]} and {i}: each weight takes one "
                                  f"optimizer. Received: {where}={item!r}")
-        pairs.append({"optimizer": rule, "weights": names, "keys": keys})
+        pairs.append({"optimizer": optimizer, "weights": names, "keys": keys})
     return pairs
 
 
@@ -237,7 +240,8 @@ class MultiOptimizer(CustomOptimizerV2):
         if (optimizers_and_layers is None) == (optimizer_specs is None):
             raise ValueError("Give exactly one of `optimizers_and_layers` and `optimizer_specs`. Received: "
                              f"optimizers_and_layers={optimizers_and_layers!r}, optimizer_specs={optimizer_specs!r}")
-        self._pairs = _pairs(optimizers_and_layers, optimizer_specs)
+        self._pairs = parse_pairs(optimizers_and_layers, optimizer_specs, _as_rule, _weights,
+                                  lambda var: var.name, variable_key)
         # Pairs of layers route their variables themselves; only pairs from a config go by name, which
         # two weights can share (a layer of a nested model in no pair named like a paired one).
         self._rule_by_key = {key: pair["optimizer"] for pair in self._pairs for key in pair["keys"] or ()}

@@ -146,7 +146,8 @@ class RuleOptimizer(keras.optimizers.Optimizer):
                 distribution.extended.update(var, self._update, args=(grad,), group=False)
 
         tf.__internal__.distribute.interim.maybe_merge_call(update, self._distribution_strategy, pairs)
-        kept = [i for i in range(len(grads)) if i not in set(routed)]
+        routed_positions = set(routed)
+        kept = [i for i in range(len(grads)) if i not in routed_positions]
         return [grads[i] for i in kept], [trainable_variables[i] for i in kept]
 
     def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.default_stack_only  # Keras 3 comes with TF >= 2.16
 keras = pytest.importorskip("keras")
 if not keras.__version__.startswith("3."):
     pytest.skip(f"Keras 3 classes; this stack has Keras {keras.__version__}", allow_module_level=True)
+from keras3_models import keras3_data, keras3_model  # noqa: E402
+
 import optimizers  # noqa: E402
 from optimizers import keras3  # noqa: E402
 from optimizers.keras3.rule_optimizer import RuleOptimizer  # noqa: E402
@@ -158,27 +160,13 @@ def test_use_ema_keeps_keras_3_s_average():
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-6)
 
 
-def _model():
-    inputs = keras.Input((5,))
-    ids = keras.Input((2,), dtype="int32")
-    embedded = keras.layers.Flatten()(keras.layers.Embedding(10, 3)(ids))
-    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([inputs, embedded]))
-    return keras.Model([inputs, ids], keras.layers.Dense(1)(hidden))
-
-
-def _data(n=64):
-    rng = np.random.default_rng(1)
-    return [rng.normal(size=(n, 5)).astype("float32"), rng.integers(0, 10, size=(n, 2)).astype("int32")], \
-        rng.normal(size=(n, 1)).astype("float32")
-
-
 @pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("name", ["AdamW", "LAMB", "Lion", "Adafactor"])
 def test_fit_trains_a_keras_3_model(name, jit_compile):
     keras.utils.set_random_seed(0)
-    model = _model()
+    model = keras3_model()
     model.compile(optimizer=getattr(keras3, name)(**CASES[name]), loss="mse", jit_compile=jit_compile)
-    x, y = _data()
+    x, y = keras3_data()
     before = model.evaluate(x, y, verbose=0)
     model.fit(x, y, epochs=4, batch_size=16, verbose=0)
     assert model.evaluate(x, y, verbose=0) < before
@@ -229,13 +217,13 @@ for name in names:
 def test_keras_files_resume_bit_for_bit_in_a_new_process(tmp_path):
     """Each class: trained one epoch, saved, trained on; the file loaded in a new process and trained
     on gives the same weights (every slot and the step were kept)."""
-    (x, ids), y = _data()
+    (x, ids), y = keras3_data()
     for f, value in (("x", x), ("ids", ids), ("y", y)):
         np.save(tmp_path / f"{f}.npy", value)
     expected = {}
     for name in sorted(CASES):
         keras.utils.set_random_seed(0)
-        model = _model()
+        model = keras3_model()
         model.compile(optimizer=getattr(keras3, name)(**CASES[name]), loss="mse")
         model.fit([x, ids], y, epochs=1, batch_size=16, shuffle=False, verbose=0)
         model.save(tmp_path / f"{name}.keras")
@@ -271,12 +259,12 @@ def test_a_checkpoint_keeps_every_slot_and_the_step(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_mirrored_strategy_equals_one_device(mirrored, name):
-    x, y = _data(32)
+    x, y = keras3_data(32)
 
     def train(strategy):
         keras.utils.set_random_seed(0)
         with strategy.scope():
-            model = _model()
+            model = keras3_model()
             model.compile(optimizer=getattr(keras3, name)(**CASES[name]), loss="mse")
         model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
         return np.concatenate([w.ravel() for w in model.get_weights()])

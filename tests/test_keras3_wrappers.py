@@ -20,6 +20,8 @@ pytestmark = pytest.mark.default_stack_only  # Keras 3 comes with TF >= 2.16
 keras = pytest.importorskip("keras")
 if not keras.__version__.startswith("3."):
     pytest.skip(f"Keras 3 classes; this stack has Keras {keras.__version__}", allow_module_level=True)
+from keras3_models import keras3_data, keras3_model  # noqa: E402
+
 import optimizers  # noqa: E402
 from optimizers import keras3  # noqa: E402
 from optimizers.keras3.wrapper_optimizer import WrapperOptimizer  # noqa: E402
@@ -109,20 +111,6 @@ def test_keras_3_s_own_optimizer_inside_a_wrapper_gives_keras_2_s_numbers(name):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def _model():
-    inputs = keras.Input((5,))
-    ids = keras.Input((2,), dtype="int32")
-    embedded = keras.layers.Flatten()(keras.layers.Embedding(10, 3)(ids))
-    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([inputs, embedded]))
-    return keras.Model([inputs, ids], keras.layers.Dense(1)(hidden))
-
-
-def _data(n=64):
-    rng = np.random.default_rng(1)
-    return [rng.normal(size=(n, 5)).astype("float32"), rng.integers(0, 10, size=(n, 2)).astype("int32")], \
-        rng.normal(size=(n, 1)).astype("float32")
-
-
 def _weights(model):
     return np.concatenate([w.ravel() for w in model.get_weights()])
 
@@ -139,10 +127,10 @@ def _optimizer(name, model):
 
 
 def _fit(name, jit_compile, strategy=None, epochs=2):
-    x, y = _data()
+    x, y = keras3_data()
     keras.utils.set_random_seed(0)
     with (strategy or tf.distribute.get_strategy()).scope():
-        model = _model()
+        model = keras3_model()
         model.compile(optimizer=_optimizer(name, model), loss="mse", jit_compile=jit_compile)
     if epochs:
         model.fit(x, y, epochs=epochs, batch_size=16, shuffle=False, verbose=0)
@@ -151,7 +139,7 @@ def _fit(name, jit_compile, strategy=None, epochs=2):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fit_trains_with_and_without_xla_to_the_same_weights(name):
-    x, y = _data()
+    x, y = keras3_data()
     eager, compiled = _fit(name, False), _fit(name, True)
     before = _fit(name, True, epochs=0).evaluate(x, y, verbose=0)
     assert compiled.evaluate(x, y, verbose=0) < before
@@ -228,7 +216,7 @@ for name in names:
 def test_keras_files_resume_bit_for_bit_in_a_new_process(tmp_path):
     """Each wrapper, and a MultiOptimizer: trained, saved, trained on; the file loaded in a new process
     and trained on gives the same weights and optimizer variables (every slot and step was kept)."""
-    (x, ids), y = _data()
+    (x, ids), y = keras3_data()
     for f, value in (("x", x), ("ids", ids), ("y", y)):
         np.save(tmp_path / f"{f}.npy", value)
     expected = {}
@@ -355,10 +343,10 @@ def _split_reference(model, x, y, pairs, epochs=2):
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_multi_optimizer_moves_each_layer_as_its_optimizer_alone(jit_compile):
-    x, y = _data()
+    x, y = keras3_data()
     trained = _fit("MultiOptimizer", jit_compile)
     keras.utils.set_random_seed(0)
-    model = _model()
+    model = keras3_model()
     layers = {kind: [layer for layer in model.layers if isinstance(layer, kind)]
               for kind in (keras.layers.Embedding, keras.layers.Dense)}
     _split_reference(model, x, y, [(keras3.AdamW(weight_decay=0.01, learning_rate=0.01), layers[keras.layers.Embedding]),
@@ -373,7 +361,7 @@ def test_multi_optimizer_moves_each_layer_as_its_optimizer_alone(jit_compile):
 
 def test_multi_optimizer_from_its_config_routes_by_path_and_keeps_weights_in_no_pair():
     keras.utils.set_random_seed(0)
-    model = _model()
+    model = keras3_model()
     embedding = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)]
     spec = keras3.MultiOptimizer.create_optimizer_spec(keras3.SGD(learning_rate=0.5), embedding)
     assert spec["weights"] == [var.path for var in embedding[0].weights]
@@ -381,7 +369,7 @@ def test_multi_optimizer_from_its_config_routes_by_path_and_keeps_weights_in_no_
     assert keras.optimizers.serialize(opt)["registered_name"] == "optimizers.keras3>MultiOptimizer"
     before = [w.numpy() for w in model.trainable_weights]
     model.compile(optimizer=opt, loss="mse")
-    x, y = _data()
+    x, y = keras3_data()
     model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     for var, value in zip(model.trainable_weights, before):
         assert np.array_equal(var.numpy(), value) == (var.path not in spec["weights"]), var.path
@@ -389,7 +377,7 @@ def test_multi_optimizer_from_its_config_routes_by_path_and_keeps_weights_in_no_
 
 def test_multi_optimizer_refuses_what_it_cannot_do_and_names_it():
     keras.utils.set_random_seed(0)
-    model = _model()
+    model = keras3_model()
     dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
     with pytest.raises(ValueError, match="is in pairs 0 and 1"):
         keras3.MultiOptimizer([(keras3.Adam(), dense), (keras3.SGD(), dense[:1])])
@@ -410,14 +398,14 @@ def test_multi_optimizer_refuses_what_it_cannot_do_and_names_it():
 
 def test_multi_optimizer_checkpoint_keeps_every_pair_s_state(tmp_path):
     keras.utils.set_random_seed(0)
-    model = _model()
+    model = keras3_model()
     opt = _optimizer("MultiOptimizer", model)
     model.compile(optimizer=opt, loss="mse")
-    x, y = _data()
+    x, y = keras3_data()
     model.fit(x, y, epochs=1, batch_size=16, shuffle=False, verbose=0)
     tf.train.Checkpoint(optimizer=opt, model=model).write(str(tmp_path / "ckpt"))
     keras.utils.set_random_seed(1)
-    other = _model()
+    other = keras3_model()
     restored = _optimizer("MultiOptimizer", other)
     restored.build(other.trainable_variables)
     tf.train.Checkpoint(optimizer=restored, model=other).read(str(tmp_path / "ckpt")).assert_consumed()
@@ -427,7 +415,7 @@ def test_multi_optimizer_checkpoint_keeps_every_pair_s_state(tmp_path):
 
 @pytest.mark.parametrize("update_weights", [False, True])
 def test_the_averaging_callbacks_evaluate_and_save_the_averages(tmp_path, update_weights):
-    x, y = _data()
+    x, y = keras3_data()
     model = _fit("MovingAverage", False, epochs=0)
     saved = tmp_path / "avg-{epoch}.keras"
     history = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[
@@ -450,7 +438,7 @@ def test_the_averaging_callbacks_evaluate_and_save_the_averages(tmp_path, update
 
 def test_an_averaging_callback_refuses_a_model_without_averages():
     model = _fit("Lookahead", False, epochs=0)
-    x, y = _data()
+    x, y = keras3_data()
     with pytest.raises(TypeError, match="MovingAverageCallback needs a model compiled with an averaging wrapper"):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[keras3.MovingAverageCallback(validation_data=(x, y))])
 
@@ -460,11 +448,11 @@ def test_loss_scale_optimizer_wraps_each_class_bit_for_bit(name):
     """Mixed precision's ``LossScaleOptimizer`` around a wrapper or a MultiOptimizer: the scaled
     gradients, unscaled (by a power of two: exactly), take the same steps as without it."""
     keras.utils.set_random_seed(0)
-    scaled, plain = _model(), _model()
+    scaled, plain = keras3_model(), keras3_model()
     plain.set_weights(scaled.get_weights())
     lso = keras.optimizers.LossScaleOptimizer(_optimizer(name, scaled))
     alone = _optimizer(name, plain)
-    (x, ids), y = _data(16)
+    (x, ids), y = keras3_data(16)
     for _ in range(4):
         for model, opt in ((scaled, lso), (plain, alone)):
             with tf.GradientTape() as tape:
@@ -480,7 +468,7 @@ def test_loss_scale_optimizer_wraps_each_class_bit_for_bit(name):
 def test_save_weights_keeps_the_optimizer_state(tmp_path, name):
     """``model.save_weights`` (``.weights.h5``) holds every optimizer variable: a model built anew and
     loaded from it takes the same next epoch."""
-    (x, ids), y = _data()
+    (x, ids), y = keras3_data()
     model = _fit(name, False, epochs=1)
     model.save_weights(tmp_path / "w.weights.h5")
     again = _fit(name, False, epochs=0)

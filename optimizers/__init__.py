@@ -39,6 +39,8 @@ from optimizers.rules import (
     NovoGrad,
     ProximalAdagrad,
     RectifiedAdam,
+    ScheduleFreeAdamW,
+    ScheduleFreeSGD,
     Yogi,
 )
 from optimizers.schedules import (
@@ -47,7 +49,7 @@ from optimizers.schedules import (
     Triangular2CyclicalLearningRate,
     TriangularCyclicalLearningRate,
 )
-from optimizers.slots import SlotSpec
+from optimizers.slots import SlotSpec, StateSpec
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import variable_key
 from optimizers.tfa_compat import TFA_NAMES  # importing it registers TFA's saved names ("Addons>AdamW", ...)
@@ -106,10 +108,13 @@ __all__ = [
     "ProximalAdagrad",
     "RectifiedAdam",
     "RowwiseAdagrad",
+    "ScheduleFreeAdamW",
+    "ScheduleFreeSGD",
     "set_updater",
     "SGD",
     "SGDW",
     "SlotSpec",
+    "StateSpec",
     "SWA",
     "TF_VERSION",
     "TFA_NAMES",

@@ -16,9 +16,10 @@ __all__ = ["EvaluatesAverages", "MovingAverageCallback", "averaged_weights"]
 
 
 def _averages(optimizer: Any) -> bool:
-    """Whether ``optimizer`` keeps averages of the weights: an :class:`~optimizers.AveragingWrapper`,
-    or its Keras 3 class (``optimizers.keras3.MovingAverage``...), which has its methods."""
-    return isinstance(optimizer, AveragingWrapper) or all(
+    """Whether ``optimizer`` evaluates the weights at another point than it trains them: an
+    :class:`~optimizers.AveragingWrapper`, or an optimizer with its methods (its Keras 3 class,
+    ``optimizers.keras3.MovingAverage``..., or one whose rule has an evaluation point: ScheduleFreeAdamW)."""
+    return isinstance(optimizer, AveragingWrapper) or getattr(optimizer, "has_evaluation_point", True) and all(
         callable(getattr(type(optimizer), name, None)) for name in ("average_of", "assign_average_vars", "swap_weights"))
 
 
@@ -28,7 +29,8 @@ def averaging_optimizer(model: Any, user: str) -> AveragingWrapper:
     names ``user``."""
     optimizer = next((each for each in optimizer_chain(model.optimizer) if _averages(each)), None)
     if optimizer is None:
-        raise TypeError(f"{user} needs a model compiled with an averaging wrapper (MovingAverage or SWA), possibly "
+        raise TypeError(f"{user} needs a model compiled with an averaging wrapper (MovingAverage or SWA) or an "
+                        f"optimizer with an evaluation point (ScheduleFreeAdamW, ScheduleFreeSGD), possibly "
                         f"inside a LossScaleOptimizer or another wrapper. Received: model.optimizer={model.optimizer!r}")
     return optimizer
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from optimizers import kernels
 from optimizers.hyperparameters import Hyperparameters
-from optimizers.slots import SlotSpec
+from optimizers.slots import SlotSpec, StateSpec
 
 __all__ = ["UpdateRule", "REDUCTIONS", "KERNEL_DTYPES", "call_hook", "kernel_if_unchanged", "library_kernel",
            "sum_of_squares"]
@@ -130,6 +130,25 @@ class UpdateRule(Hyperparameters):
         Optional. The dense or sparse step with the weight decay before it
         and a wrapper's moving average after it, as one kernel (Adam's).
 
+    ``state_specs(self) -> Sequence[StateSpec | str]``
+        Optional. The rule's optimizer-wide state: values kept once per
+        optimizer, not per variable (a running sum over the steps), created
+        with the slots and saved with them. Defaults to none.
+    ``next_state(self, state, coefficients) -> Mapping[str, tf.Tensor]``
+        Optional. The state after this step, from ``state`` (its values before
+        the step) and the step's ``coefficients`` (hyperparameters and
+        ``"step"``, in the state's widest dtype); names it leaves out keep their value. Runs once per step,
+        before any variable moves; ``prepare`` and the update hooks read its
+        values as ``coefficients[name]`` (in the state's own dtype), and the
+        optimizer stores them when the step's updates are done. It sees only
+        values every replica shares, so the state is the same on every replica.
+    ``evaluation_point(self, var, slots, coefficients) -> tf.Tensor | None``
+        Optional. Where ``var`` is evaluated, when that is not where it trains
+        (schedule-free's :math:`x`, where the gradients are taken at
+        :math:`y`); ``None`` (the default) for a rule that evaluates where it
+        trains. With :meth:`training_point`, its inverse, it gives the
+        optimizer ``swap_weights()`` and the averaging callbacks.
+
     ``reduction`` (class attribute) says how the gradient is combined across
     replicas: ``"sum"`` (Keras 2's default), ``"mean"``, ``"max"``, or
     ``"none"`` when the gradient is not used. ``gradient_is_value`` (class
@@ -201,17 +220,56 @@ class UpdateRule(Hyperparameters):
         none: the template runs :meth:`update_sparse` and the decay and average ops around it."""
         return None
 
+    def state_specs(self) -> Sequence[StateSpec | str]:
+        """The rule's optimizer-wide state. Defaults to none."""
+        return ()
+
+    def next_state(self, state: dict[str, tf.Tensor], coefficients: dict[str, Any]) -> Mapping[str, Any]:
+        """The optimizer-wide state after this step. Defaults to no change."""
+        return {}
+
+    def evaluation_point(self, var: tf.Variable, slots: dict[str, tf.Variable],
+                         coefficients: dict[str, Any]) -> tf.Tensor | None:
+        """Where ``var`` is evaluated, if not at its value. Defaults to ``None``."""
+        return None
+
+    def training_point(self, evaluation: tf.Tensor, slots: dict[str, tf.Variable],
+                       coefficients: dict[str, Any]) -> tf.Tensor:
+        """The training value of a variable from its :meth:`evaluation_point`: the inverse, used
+        when ``swap_weights()`` swaps back."""
+        raise NotImplementedError(f"{type(self).__name__} has an evaluation_point and must implement "
+                                  "training_point(evaluation, slots, coefficients)")
+
+    @property
+    def has_evaluation_point(self) -> bool:
+        """Whether the rule evaluates its variables elsewhere than where it trains them."""
+        return type(self).evaluation_point is not UpdateRule.evaluation_point
+
     @property
     def rule_name(self) -> str:
         """Prefix (``"<rule_name>/"``) of this rule's slots when it is a variable's updater."""
         return type(self).__name__
 
     # ----------------------------------------------- called by the host optimizer
-    def step_coefficients(self, dtype: tf.DType, iterations: Any) -> dict[str, Any]:
-        """Every hyperparameter as a ``dtype`` tensor, ``"step"``, then :meth:`prepare`'s values."""
+    def step_coefficients(self, dtype: tf.DType, iterations: Any,
+                          state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every hyperparameter as a ``dtype`` tensor, ``"step"``, the optimizer-wide ``state`` (its
+        values after this step: :meth:`state_after_step`), then :meth:`prepare`'s values."""
         coefficients = self._base_coefficients(dtype, iterations)
+        coefficients.update(state or {})
         self.prepare(dtype, coefficients)
         return coefficients
+
+    def state_after_step(self, state: Mapping[str, Any], iterations: Any) -> dict[str, tf.Tensor]:
+        """:meth:`next_state` of ``state`` (the values before the step), every name included, in
+        the state's dtypes."""
+        dtype = tf.float64 if any(value.dtype == tf.float64 for value in state.values()) else tf.float32
+        new = self.next_state(dict(state), self._base_coefficients(dtype, iterations))
+        unknown = sorted(set(new) - set(state))
+        if unknown:
+            raise KeyError(f"{type(self).__name__}.next_state returned {unknown}, which state_specs() does not "
+                           f"declare (its state: {sorted(state)}). Received: {unknown}")
+        return {name: tf.cast(new.get(name, value), value.dtype) for name, value in state.items()}
 
     def _base_coefficients(self, dtype: tf.DType, iterations: Any) -> dict[str, Any]:
         coefficients = {name: tf.identity(self.hyperparameter(name, dtype, iterations))

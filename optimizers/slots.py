@@ -22,7 +22,7 @@ from typing import Any, Callable, Union
 
 import tensorflow as tf
 
-__all__ = ["SlotSpec", "as_slot_specs", "create_slots", "get_slots", "slot_memory"]
+__all__ = ["SlotSpec", "StateSpec", "as_slot_specs", "as_state_specs", "create_slots", "get_slots", "slot_memory"]
 
 Initializer = Union[str, Callable[..., Any]]
 
@@ -56,6 +56,44 @@ class SlotSpec:
         if self.shape is not None and not callable(self.shape):
             raise TypeError("`shape` must be a function of the variable's shape (for example "
                             f"`lambda shape: shape[:1] + [1]`), or None. Received: shape={self.shape!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StateSpec:
+    """Declares one value of a rule's optimizer-wide state: one variable per optimizer, not per
+    weight (schedule-free AdamW's running weight sum), created with the slots, saved with them.
+
+    Args:
+        name: The value's name, unique within the rule; the update hooks read the state after
+            the step's :meth:`~optimizers.UpdateRule.next_state` as ``coefficients[name]``.
+        initial_value: A number. Defaults to ``0.0``.
+        dtype: Defaults to ``None``: ``float32``, or ``float64`` for an optimizer of a ``float64``
+            variable.
+        shape: Defaults to ``()``: a scalar.
+    """
+
+    name: str
+    initial_value: float = 0.0
+    dtype: tf.DType | None = None
+    shape: tuple = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"`name` must be a non-empty string. Received: name={self.name!r}")
+        if isinstance(self.initial_value, bool) or not isinstance(self.initial_value, (int, float)):
+            raise TypeError(f"`initial_value` must be a number. Received: initial_value={self.initial_value!r}")
+
+
+def as_state_specs(specs: Iterable[StateSpec | str], taken: Iterable[str]) -> tuple[StateSpec, ...]:
+    """``specs`` (``StateSpec`` values or plain names) as ``StateSpec`` values, refusing a repeated
+    name or one in ``taken`` (the coefficients' names: hyperparameters, ``"step"``...)."""
+    out = tuple(StateSpec(spec) if isinstance(spec, str) else spec for spec in specs)
+    names = [getattr(spec, "name", None) for spec in out]
+    clash = sorted(set(names) & set(taken))
+    if not all(isinstance(spec, StateSpec) for spec in out) or len(set(names)) != len(names) or clash:
+        raise ValueError(f"`state_specs` must return StateSpec or str values of unique names that are not the "
+                         f"coefficients' ({clash or 'none taken'}). Received: {list(out)!r}")
+    return out
 
 
 def as_slot_specs(specs: Iterable[SlotSpec | str]) -> tuple[SlotSpec, ...]:

@@ -11,6 +11,7 @@ saving (``saving.py``, through ``base.py``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -25,9 +26,12 @@ from optimizers.keras2_hyperparameters import OptimizerV2Hyperparameters
 from optimizers.keras_compat import (
     initial_decay,
     optimizer_name,
+    own_weights,
     set_hyper,
 )
+from optimizers.optimizer_state import EvaluationPoint, RuleState
 from optimizers.rule import UpdateRule, call_hook
+from optimizers.slots import StateSpec, as_slot_specs
 from optimizers.updaters import Routing
 from optimizers.variable_rules import VariableRules, reduce_gradients
 from optimizers.weight_decay import (
@@ -60,7 +64,7 @@ def _check_arguments(cls_name: str, name: Any, kwargs: dict[str, Any]) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
 
-class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerBase):
+class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint, OptimizerBase):
     r"""Base class for Keras 2 (OptimizerV2) optimizers, with public hooks.
 
     Override these, and nothing else:
@@ -296,7 +300,28 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerBase):
         self._rules.create_slots(var_list)
 
     def _prepare_local(self, var_device: str, var_dtype: tf.DType, apply_state: dict) -> None:
-        apply_state[(var_device, var_dtype)].update(self.step_coefficients(var_dtype, self.iterations))
+        coefficients = self.step_coefficients(var_dtype, self.iterations, self.rule_state.next_values(self.iterations))
+        apply_state[(var_device, var_dtype)].update(coefficients)
+
+    @functools.cached_property
+    def rule_state(self) -> RuleState:
+        """The rule's optimizer-wide state (``state_specs``), its variables made at the first step."""
+        return RuleState(self)
+
+    def evaluated_variables(self) -> list[tf.Variable]:
+        return [var for var in self.rule_state.moved if self.evaluation_inputs(var) is not None]
+
+    def evaluation_inputs(self, var: tf.Variable) -> tuple | None:
+        """``(rule, slots, coefficients)`` of ``var`` for its evaluation point; ``None`` for a variable
+        this optimizer's rule has not moved."""
+        if self.updater_for(var) is not None:
+            return None
+        try:
+            slots = {spec.name: self.get_slot(var, spec.name) for spec in as_slot_specs(self.slot_specs(var))}
+        except KeyError:
+            return None
+        coefficients = self.step_coefficients(var.dtype.base_dtype, self.iterations, self.rule_state.values())
+        return self, slots, {**coefficients, **self.options_for(var)}
 
     @property
     def skipped_steps(self) -> tf.Variable:
@@ -317,7 +342,16 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerBase):
         super()._create_all_weights(var_list)
         if self.skip_non_finite:
             _ = self.skipped_steps
+        wide = tf.float64 if any(var.dtype.base_dtype == tf.float64 for var in var_list) else tf.float32
+        self.rule_state.create(lambda spec: self._state_variable(spec, spec.dtype or wide), var_list)
         self._rules.warn_unmatched(var_list)
+
+    def _state_variable(self, spec: StateSpec, dtype: tf.DType) -> tf.Variable:
+        var = self.add_weight(spec.name, shape=spec.shape, dtype=dtype, trainable=False,
+                              initializer=tf.constant_initializer(spec.initial_value),
+                              aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        own_weights(self).append(var)  # in `weights`, so .h5 files and get_weights() hold it
+        return var
 
     def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
         """Every check of the step (sparse indices, hyperparameter values) runs
@@ -327,6 +361,7 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerBase):
         routed = {id(rule): rule for rule in (self._rule_of(var) for _, var in grads_and_vars)
                   if rule is not self and hasattr(rule, "checked_hyperparameters")}
         checks += [check for rule in routed.values() for check in rule.checked_hyperparameters(self.iterations)]
+        checks += self.rule_state.checks()
         if not tf.executing_eagerly():
             checks += [t for c in (apply_state or {}).values() for t in c.values() if tf.is_tensor(t)]
         with tf.control_dependencies(checks):
@@ -338,11 +373,14 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerBase):
     def _apply_updates(self, distribution, grads_and_vars, apply_state, name):
         """Without a strategy, the kernels and compiled chunks run first (``StepRunner.batched``),
         then OptimizerV2's per-variable path for what is left."""
-        if not self.jit_compile or tf.distribute.has_strategy():
-            return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
-        done, rest = self._runner.batched(grads_and_vars, apply_state)
-        with tf.control_dependencies([done] if done is not None else []):
-            return super()._distributed_apply(distribution, rest, apply_state, name)
+        def updates() -> Any:
+            if not self.jit_compile or tf.distribute.has_strategy():
+                return super(CustomOptimizerV2, self)._distributed_apply(distribution, grads_and_vars, apply_state, name)
+            done, rest = self._runner.batched(grads_and_vars, apply_state)
+            with tf.control_dependencies([done] if done is not None else []):
+                return super(CustomOptimizerV2, self)._distributed_apply(distribution, rest, apply_state, name)
+
+        return self.rule_state.updated_after(self.iterations, updates)
 
     def running_after_each_update(self, after: AfterStep) -> contextlib.AbstractContextManager:
         """Within this context, every variable ``after`` (a wrapper's

@@ -17,6 +17,7 @@ from optimizers.hyperparameters import check_number
 from optimizers.keras3.rule_optimizer import add_slot, keras2_text
 from optimizers.keras_compat import keras as keras2
 from optimizers.keras_compat import optimizer_name
+from optimizers.optimizer_state import update_on_every_replica
 from optimizers.updaters import get_updater
 from optimizers.wrappers.averaging import NO_AVERAGES, AveragingWrapper, assign_average, swap_values
 from optimizers.wrappers.base import OptimizerWrapper
@@ -202,17 +203,7 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
     def _for_each(self, pairs: list, fn: Any) -> None:
         """``fn(var, other)`` of each ``(var, other)`` pair of Keras 3 variables, on every
         replica's copy, from any context."""
-        def run(distribution: tf.distribute.Strategy) -> None:
-            for var, other in pairs:
-                distribution.extended.update(var.value, fn, args=(other.value,), group=False)
-
-        if not tf.distribute.has_strategy():  # called outside the variables' strategy scope
-            with self._distribution_strategy.scope():
-                run(self._distribution_strategy)
-        elif tf.distribute.in_cross_replica_context():
-            run(tf.distribute.get_strategy())
-        else:
-            tf.distribute.get_replica_context().merge_call(run)
+        update_on_every_replica((var.value, fn, (other.value,)) for var, other in pairs)
 
     # ---------------------------------------------------------------- config
     def get_config(self) -> dict[str, Any]:

@@ -15,9 +15,11 @@ from optimizers.rules.muon import Muon
 from optimizers.rules.novograd import NovoGrad
 from optimizers.rules.proximal_adagrad import ProximalAdagrad
 from optimizers.rules.rectified_adam import RectifiedAdam
+from optimizers.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
 from optimizers.rules.sgd import SGD
 from optimizers.rules.sgdw import SGDW
 from optimizers.rules.yogi import Yogi
 
 __all__ = ["COCOB", "LAMB", "SGD", "SGDW", "AdaBelief", "Adafactor", "Adam", "AdamW", "Adan", "AdEMAMix",
-           "ConditionalGradient", "LazyAdam", "Lion", "Muon", "NovoGrad", "ProximalAdagrad", "RectifiedAdam", "Yogi"]
+           "ConditionalGradient", "LazyAdam", "Lion", "Muon", "NovoGrad", "ProximalAdagrad", "RectifiedAdam",
+           "ScheduleFreeAdamW", "ScheduleFreeSGD", "Yogi"]

@@ -8,6 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import saving
+from optimizers.optimizer_state import update_on_every_replica
 from optimizers.slots import SlotSpec
 from optimizers.wrappers.base import OptimizerWrapper
 
@@ -78,20 +79,7 @@ class AveragingWrapper(OptimizerWrapper):
     def _for_each_average(self, var_list: list, fn: Any) -> Any:
         """Run ``fn(var, average)`` on every replica's copy, from any context."""
         pairs = [(v, self.average_of(v)) for v in var_list]
-        pairs = [(v, a) for v, a in pairs if a is not None]
-
-        def run(strategy: tf.distribute.Strategy) -> Any:
-            ops = []
-            for var, average in pairs:
-                ops.extend(tf.nest.flatten(strategy.extended.update(var, fn, args=(average,), group=False)))
-            return tf.group([op for op in ops if op is not None])
-
-        if tf.distribute.in_cross_replica_context():
-            return run(tf.distribute.get_strategy())
-        if not tf.distribute.has_strategy() and pairs and hasattr(pairs[0][0], "distribute_strategy"):
-            with pairs[0][0].distribute_strategy.scope():  # distributed variables, called outside their scope
-                return run(tf.distribute.get_strategy())
-        return tf.distribute.get_replica_context().merge_call(run)
+        return update_on_every_replica((var, fn, (average,)) for var, average in pairs if average is not None)
 
     def assign_average_vars(self, var_list: Iterable[tf.Variable]) -> Any:
         """Set each variable of ``var_list`` to its average (variables without

@@ -3,7 +3,7 @@ TensorFlow), for tests/catalogue/test_optax.py.
 
 Reads one JSON request on stdin, ``{"optimizer": name, "kwargs": {...}, "dtype": "float32" or
 "float64", "params": [...], "grads": [[...], ...]}``, and writes the parameters after each step as
-JSON. ``optimizer`` names a function below, which builds the optax transformation.
+JSON (and, for schedule-free, the evaluation point after each step). ``optimizer`` names a function below, which builds the optax transformation.
 """
 
 import json
@@ -42,22 +42,39 @@ def ademamix(learning_rate, beta_1, beta_2, beta_3, alpha, alpha_warmup, beta_3_
                                   eps_root=0.0, weight_decay=weight_decay)
 
 
+def schedule_free_adamw(learning_rate, warmup_steps, beta_1, beta_2, epsilon, weight_decay, weight_lr_power,
+                        dtype):
+    return optax.contrib.schedule_free_adamw(learning_rate, warmup_steps=warmup_steps, b1=beta_1, b2=beta_2,
+                                             eps=epsilon, weight_decay=weight_decay,
+                                             weight_lr_power=weight_lr_power, state_dtype=dtype)
+
+
+def schedule_free_sgd(learning_rate, warmup_steps, beta_1, weight_decay, weight_lr_power, dtype):
+    return optax.contrib.schedule_free_sgd(learning_rate, warmup_steps=warmup_steps, b1=beta_1,
+                                           weight_decay=weight_decay, weight_lr_power=weight_lr_power,
+                                           state_dtype=dtype)
+
+
 def main():
     request = json.load(sys.stdin)
     dtype = jnp.dtype(request["dtype"])
     kwargs = dict(request["kwargs"])
-    if request["optimizer"] == "ademamix":
+    schedule_free = request["optimizer"].startswith("schedule_free")
+    if request["optimizer"] == "ademamix" or schedule_free:
         kwargs["dtype"] = dtype
     transform = globals()[request["optimizer"]](**kwargs)
     params = jnp.asarray(request["params"], dtype)
     state = transform.init(params)
     step = jax.jit(transform.update)
-    out = []
+    out, evaluation = [], []
     for grad in request["grads"]:
         updates, state = step(jnp.asarray(grad, dtype), state, params)
         params = optax.apply_updates(params, updates)
         out.append(params.tolist())
-    json.dump({"trajectory": out, "optax": optax.__version__, "jax": jax.__version__}, sys.stdout)
+        if schedule_free:  # the point schedule-free evaluates at
+            evaluation.append(optax.contrib.schedule_free_eval_params(state, params).tolist())
+    json.dump({"trajectory": out, "evaluation": evaluation, "optax": optax.__version__, "jax": jax.__version__},
+              sys.stdout)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Adan and AdEMAMix step by step against optax, run in its own environment (``.venv-optax``,
-jax and optax from PyPI: ``make test`` builds it and names its Python in ``OPTAX_PYTHON``).
+"""Adan, AdEMAMix, schedule-free AdamW and SGD (their evaluation points too) step by step
+against optax, run in its own environment (``.venv-optax``, jax and optax from PyPI: ``make test``
+builds it and names its Python in ``OPTAX_PYTHON``).
 
 20 fixed dense gradients (optax has no sparse step; the sparse steps follow the numpy references
 of test_adamlike.py), float32 and float64. Hyperparameters reach a step of ours rounded to
@@ -42,7 +43,23 @@ CASES = {
     "ademamix_defaults": ("AdEMAMix", dict(learning_rate=0.001), "ademamix",
                           dict(learning_rate=0.001, beta_1=0.9, beta_2=0.999, beta_3=0.9999, alpha=5.0,
                                alpha_warmup=1, beta_3_warmup=1, epsilon=1e-8, weight_decay=0.0)),
+    "schedule_free_adamw_warmup_wd": (
+        "ScheduleFreeAdamW", dict(learning_rate=0.01, warmup_steps=5, beta_1=0.9, beta_2=0.99, epsilon=1e-6,
+                                  weight_decay=0.1, weight_lr_power=2.0),
+        "schedule_free_adamw", dict(learning_rate=0.01, warmup_steps=5, beta_1=0.9, beta_2=0.99, epsilon=1e-6,
+                                    weight_decay=0.1, weight_lr_power=2.0)),
+    "schedule_free_adamw_defaults": (
+        "ScheduleFreeAdamW", dict(), "schedule_free_adamw",
+        dict(learning_rate=0.0025, warmup_steps=None, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0,
+             weight_lr_power=2.0)),
+    "schedule_free_sgd_wd": (
+        "ScheduleFreeSGD", dict(learning_rate=0.1, beta_1=0.8, weight_decay=0.01, weight_lr_power=1.0),
+        "schedule_free_sgd", dict(learning_rate=0.1, warmup_steps=None, beta_1=0.8, weight_decay=0.01,
+                                  weight_lr_power=1.0)),
 }
+# optax's warm-up schedule computes in float32 for float64 parameters too (optax 0.2.8's linear_schedule):
+# during its warm-up, the float64 rates differ from ours (float64) by float32's rounding.
+FLOAT32_SCHEDULE = ("schedule_free_adamw_warmup_wd",)
 
 
 def optax_python():
@@ -54,8 +71,8 @@ def optax_python():
 
 
 def optax_trajectory(name, kwargs, params, grads, dtype):
-    constants = ("epsilon", "alpha_warmup", "beta_3_warmup")  # used as given, not rounded
-    kwargs = {k: (v if k in constants else f32(v)) for k, v in kwargs.items()}
+    constants = ("epsilon", "alpha_warmup", "beta_3_warmup", "warmup_steps")  # used as given, not rounded
+    kwargs = {k: (v if k in constants or v is None else f32(v)) for k, v in kwargs.items()}
     request = dict(optimizer=name, kwargs=kwargs, dtype=dtype, params=params.tolist(),
                    grads=[g.tolist() for g in grads])
     done = subprocess.run([optax_python(), os.path.join(HERE, "optax_steps.py")], input=json.dumps(request),
@@ -63,7 +80,7 @@ def optax_trajectory(name, kwargs, params, grads, dtype):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["optax"] == "0.2.8", result
-    return [np.asarray(p) for p in result["trajectory"]]
+    return [np.asarray(p) for p in result["trajectory"]], [np.asarray(p) for p in result["evaluation"]]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -74,9 +91,13 @@ def test_equals_optax_step_by_step(case, dtype):
     params = rng.randn(*SHAPE).astype(dtype)
     grads = [rng.randn(*SHAPE).astype(dtype) for _ in range(STEPS)]
     grads[3][0] = 0.0  # a zero gradient row: the epsilon and the slow moments alone
-    expected = optax_trajectory(theirs_name, theirs_kwargs, params, grads, dtype)
+    expected, evaluation = optax_trajectory(theirs_name, theirs_kwargs, params, grads, dtype)
     var = tf.Variable(params)
     optimizer = getattr(optimizers, ours_name)(**ours_kwargs)
+    tolerance = TOLERANCE["float32" if case in FLOAT32_SCHEDULE else dtype]
     for step, (grad, want) in enumerate(zip(grads, expected), start=1):
         optimizer.apply_gradients([(tf.constant(grad), var)])
-        np.testing.assert_allclose(var.numpy(), want, err_msg=f"step {step}", **TOLERANCE[dtype])
+        np.testing.assert_allclose(var.numpy(), want, err_msg=f"step {step}", **tolerance)
+        if evaluation:  # schedule-free's evaluation point, optax's schedule_free_eval_params
+            np.testing.assert_allclose(optimizer.average_of(var).numpy(), evaluation[step - 1],
+                                       err_msg=f"evaluation point, step {step}", **tolerance)

@@ -43,7 +43,7 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["check_rho", "sam_gradients", "sam_perturbation"]
+__all__ = ["check_rho", "check_sam_arguments", "sam_gradients", "sam_perturbation"]
 
 
 def check_rho(rho: Any, name: str = "rho") -> float:
@@ -51,6 +51,21 @@ def check_rho(rho: Any, name: str = "rho") -> float:
     if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not math.isfinite(rho) or rho < 0:
         raise ValueError(f"`{name}` must be a finite number >= 0. Received: {name}={rho!r}")
     return float(rho)
+
+
+def check_sam_arguments(model: Any, rho: Any, epsilon: Any, adaptive: Any, reuse_gradient: Any,
+                        model_class: type) -> tuple[float, float]:
+    """The checks of both Keras' ``SAMModel``, before anything is built."""
+    if not isinstance(model, model_class):
+        package = model_class.__module__.split(".")[0]
+        raise ValueError(f"`model` must be a {package}.{model_class.__name__}. Received: model={model!r}")
+    for name, value in (("adaptive", adaptive), ("reuse_gradient", reuse_gradient)):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be a bool. Received: {name}={value!r}")
+    if reuse_gradient and not model.built:
+        raise ValueError("`reuse_gradient=True` keeps a perturbation per weight: build the model first "
+                         f"(give it an `Input`, or call it once). Received: model={model!r}, not built")
+    return check_rho(rho), check_rho(epsilon, "epsilon")
 
 
 def sam_perturbation(grads: Sequence[Any], variables: Sequence[Any], rho: float = 0.05, *,

@@ -7,23 +7,9 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.keras_compat import is_loss_scale_optimizer, keras
-from optimizers.sam import check_rho, sam_gradients
+from optimizers.sam import check_sam_arguments, sam_gradients
 
 __all__ = ["SAMModel"]
-
-
-def check_sam_arguments(model: Any, rho: Any, epsilon: Any, adaptive: Any, reuse_gradient: Any,
-                        model_class: type) -> tuple[float, float]:
-    """The checks of both Keras' ``SAMModel``, before anything is built."""
-    if not isinstance(model, model_class):
-        raise ValueError(f"`model` must be a {model_class.__module__}.{model_class.__name__}. Received: model={model!r}")
-    for name, value in (("adaptive", adaptive), ("reuse_gradient", reuse_gradient)):
-        if not isinstance(value, bool):
-            raise ValueError(f"`{name}` must be a bool. Received: {name}={value!r}")
-    if reuse_gradient and not model.built:
-        raise ValueError("`reuse_gradient=True` keeps a perturbation per weight: build the model first "
-                         f"(give it an `Input`, or call it once). Received: model={model!r}, not built")
-    return check_rho(rho), check_rho(epsilon, "epsilon")
 
 
 @keras.utils.register_keras_serializable(package="optimizers")

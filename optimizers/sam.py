@@ -114,6 +114,7 @@ def sam_gradients(loss_fn: Callable[[], Any], variables: Sequence[Any], rho: flo
 
     Example (a custom loop; any optimizer then applies the gradients):
 
+    >>> import tensorflow as tf
     >>> w = tf.Variable([1.0, 2.0])
     >>> loss, grads = sam_gradients(lambda: tf.reduce_sum(w ** 2), [w], rho=0.5)
     >>> # g = 2w = [2, 4]; e = 0.5 g / |g|; g_SAM = 2 (w + e)

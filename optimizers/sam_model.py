@@ -47,7 +47,9 @@ class SAMModel(keras.Model):
 
     Example:
 
-    >>> keras = optimizers.keras
+    >>> import numpy as np
+    >>> import optimizers
+    >>> keras = optimizers.keras  # Keras 2
     >>> inner = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     >>> sam = optimizers.SAMModel(inner, rho=0.05)
     >>> sam.compile(optimizers.AdamW(weight_decay=1e-4), "mse")

@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 import optimizers
-import reference as ref
 
+import reference as ref
 from conftest import TF_VERSION
 
 RTOL = dict(rtol=2e-5, atol=1e-6)  # float32 steps against a float64 reference

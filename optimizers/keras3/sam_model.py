@@ -31,6 +31,18 @@ class SAMModel(keras.Model):
         epsilon: :math:`\epsilon`, a number ``>= 0``. Defaults to ``1e-12``.
         reuse_gradient: The one-pass variant (the model must be built). Defaults to ``False``.
         **kwargs: Keras ``Model`` arguments (``name``).
+
+    Example:
+
+    >>> import keras
+    >>> import numpy as np
+    >>> from optimizers import keras3
+    >>> inner = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> sam = keras3.SAMModel(inner, rho=0.05)
+    >>> sam.compile(keras3.AdamW(weight_decay=1e-4), "mse")
+    >>> history = sam.fit(np.ones((8, 3)), np.zeros((8, 1)), epochs=2, verbose=0)
+    >>> len(history.history["loss"])
+    2
     """
 
     def __init__(self, model: Any, rho: float = 0.05, adaptive: bool = False, epsilon: float = 1e-12,

@@ -83,10 +83,11 @@ def sam_perturbation(grads: Sequence[Any], variables: Sequence[Any], rho: float 
     if adaptive:
         scaled = [tf.abs(v) * g for g, v in zip(grads, variables)]  # |w| g, whose norm ASAM divides by
         norm = tf.linalg.global_norm(scaled)
-        return [tf.math.divide_no_nan(tf.cast(rho, s.dtype), tf.cast(norm + epsilon, s.dtype)) * tf.abs(v) * s
+        return [tf.math.divide_no_nan(tf.constant(rho, s.dtype), norm + tf.constant(epsilon, s.dtype)) * tf.abs(v) * s
                 for s, v in zip(scaled, variables)]
     norm = tf.linalg.global_norm(grads)  # divide_no_nan: a zero gradient (or the first reused one) moves nothing
-    return [tf.math.divide_no_nan(tf.cast(rho, g.dtype), tf.cast(norm + epsilon, g.dtype)) * g for g in grads]
+    # rho and epsilon as constants of each dtype (tf.cast of a Python float would round it to float32 first)
+    return [tf.math.divide_no_nan(tf.constant(rho, g.dtype), norm + tf.constant(epsilon, g.dtype)) * g for g in grads]
 
 
 def sam_gradients(loss_fn: Callable[[], Any], variables: Sequence[Any], rho: float = 0.05, *,

@@ -150,19 +150,24 @@ def test_reuse_gradient_takes_the_one_pass_step(keras_name, inner):
         np.testing.assert_allclose(history.history["loss"][0], loss, rtol=1e-5)
 
 
-def test_sam_gradients_in_a_custom_loop_match_numpy():
+@pytest.mark.parametrize("adaptive", [False, True], ids=["sam", "asam"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sam_gradients_in_a_custom_loop_match_numpy(dtype, adaptive):
     x, y, params = problem()
+    x, y, params = x.astype(dtype), y.astype(dtype), [p.astype(dtype) for p in params]
     w, b = tf.Variable(params[0]), tf.Variable(params[1])
 
     @tf.function
     def grads():
-        return optimizers.sam_gradients(lambda: tf.reduce_mean((x @ w + b - y) ** 2), [w, b], rho=0.2)
+        return optimizers.sam_gradients(lambda: tf.reduce_mean((x @ w + b - y) ** 2), [w, b], rho=0.2,
+                                        adaptive=adaptive)
 
     loss, (gw, gb) = grads()
-    want_loss, want = sam_step([p.astype("float64") for p in params], x, y, rho=0.2)
-    np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
-    np.testing.assert_allclose(gw, want[0], **RTOL)
-    np.testing.assert_allclose(gb, want[1], **RTOL)
+    want_loss, want = sam_step([p.astype("float64") for p in params], x, y, rho=0.2, adaptive=adaptive)
+    tolerance = RTOL if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)  # rho and epsilon kept in float64
+    np.testing.assert_allclose(loss, want_loss, **tolerance)
+    np.testing.assert_allclose(gw, want[0], **tolerance)
+    np.testing.assert_allclose(gb, want[1], **tolerance)
     np.testing.assert_array_equal(w.numpy(), params[0])  # w restored, exactly
     np.testing.assert_array_equal(b.numpy(), params[1])
 

@@ -335,3 +335,38 @@ def test_bad_model_or_flags_are_refused(keras_name):
     unbuilt = fam.keras.Sequential([fam.keras.layers.Dense(1)])
     with pytest.raises(ValueError, match=r"`reuse_gradient=True` keeps a perturbation per weight: build the model"):
         fam.SAMModel(unbuilt, reuse_gradient=True)
+
+
+def test_sparse_gradients_give_the_dense_equivalent():
+    """An embedding lookup's gradient (IndexedSlices, a row twice) perturbs as its dense equivalent."""
+    rng = np.random.RandomState(2)
+    table = rng.randn(5, 2).astype("float32")
+    ids, target = np.array([0, 3, 0, 1]), rng.randn(4, 2).astype("float32")
+    sparse, dense = tf.Variable(table), tf.Variable(table)
+    _, (g_sparse,) = optimizers.sam_gradients(
+        lambda: tf.reduce_mean((tf.gather(sparse, ids) - target) ** 2), [sparse], rho=0.3)
+    _, (g_dense,) = optimizers.sam_gradients(
+        lambda: tf.reduce_mean((tf.one_hot(ids, 5) @ dense - target) ** 2), [dense], rho=0.3)
+    assert isinstance(g_sparse, tf.IndexedSlices)
+    np.testing.assert_allclose(tf.convert_to_tensor(g_sparse), g_dense, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(sparse.numpy(), table)
+
+
+@pytest.mark.parametrize("keras_name", KERAS)
+def test_loss_scale_optimizer_takes_the_unscaled_steps(keras_name):
+    """Around a LossScaleOptimizer, both passes are scaled and the gradients unscaled: the steps of the
+    optimizer alone (the perturbation does not depend on the gradient's scale, but for epsilon)."""
+    fam, (x, y) = family(keras_name), data()
+    runs = []
+    for scaled in (False, True):
+        optimizer = fam.sgd(0.05)
+        if scaled:
+            optimizer = (fam.keras.mixed_precision.LossScaleOptimizer(optimizer) if keras_name == "keras2"
+                         else fam.keras.optimizers.LossScaleOptimizer(optimizer))
+        sam = fam.SAMModel(mlp(fam), rho=0.05)
+        sam.compile(optimizer, "mse")
+        runs.append((sam.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"],
+                     sam.get_weights()))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
+    for got, want in zip(runs[1][1], runs[0][1]):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

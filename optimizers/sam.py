@@ -113,6 +113,9 @@ def sam_gradients(loss_fn: Callable[[], Any], variables: Sequence[Any], rho: flo
         one per variable (``None`` where the loss does not depend on it). The variables hold
         :math:`w` again.
 
+    In a replica context (``strategy.run``, ``fit``), :math:`e` comes from the gradient summed
+    across replicas, the same on every replica; the gradients returned are each replica's own.
+
     Example (a custom loop; any optimizer then applies the gradients):
 
     >>> import tensorflow as tf

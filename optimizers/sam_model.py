@@ -31,6 +31,8 @@ class SAMModel(keras.Model):
     :math:`w`, or at :math:`w + e` with ``reuse_gradient``). Layers that update state in training
     (``BatchNormalization``'s moving statistics) update it at each pass. Under ``tf.distribute``,
     :math:`e` comes from the gradient all-reduced across replicas (the global batch's sharpness).
+    Around a ``LossScaleOptimizer`` both passes are scaled, and the gradients unscaled before
+    they are applied.
 
     ``model.save`` / ``save_weights`` store :math:`w` (the perturbation is undone within the
     step); save the wrapped model (``sam.model.save(...)``) for a plain Keras model, or this one

@@ -10,6 +10,9 @@ Two kinds of public classes:
   :class:`OptimizerWrapper` (``Lookahead``, ``GradientAccumulation``;
   ``MovingAverage`` and ``SWA`` on :class:`AveragingWrapper`).
 
+Sharpness-Aware Minimization, which takes each gradient twice, is a training step, not an
+optimizer: :func:`sam_gradients` for custom loops, :class:`SAMModel` for ``fit``.
+
 Also TensorFlow Addons' cyclical learning-rate schedules and its decoupled
 weight decay for any Keras 2 optimizer class (``extend_with_decoupled_weight_decay``).
 
@@ -43,6 +46,8 @@ from optimizers.rules import (
     ScheduleFreeSGD,
     Yogi,
 )
+from optimizers.sam import sam_gradients
+from optimizers.sam_model import SAMModel
 from optimizers.schedules import (
     CyclicalLearningRate,
     ExponentialCyclicalLearningRate,
@@ -108,6 +113,8 @@ __all__ = [
     "ProximalAdagrad",
     "RectifiedAdam",
     "RowwiseAdagrad",
+    "sam_gradients",
+    "SAMModel",
     "ScheduleFreeAdamW",
     "ScheduleFreeSGD",
     "set_updater",

@@ -19,7 +19,8 @@ The wrappers ``MovingAverage``, ``SWA`` and ``Lookahead`` wrap any Keras 3 optim
 Keras 2 wrappers' arguments and numbers (:func:`keras3_wrapper_class` makes the Keras 3 class of
 any :class:`~optimizers.OptimizerWrapper` subclass); ``MultiOptimizer`` pairs Keras 3 optimizers
 with groups of layers; ``MovingAverageCallback`` and ``AverageModelCheckpoint`` evaluate and
-save the averages.
+save the averages. ``SAMModel`` trains a Keras 3 model with Sharpness-Aware Minimization steps in ``fit``
+(``sam_gradients`` in custom loops).
 
 Runs on Keras 3's TensorFlow backend (``KERAS_BACKEND=tensorflow``, the default).
 The optimizer's learning rate is Keras 3's (a float, a ``keras.optimizers.schedules``
@@ -43,14 +44,17 @@ from optimizers import rules as _rules  # noqa: E402
 from optimizers.keras3.callbacks import AverageModelCheckpoint, MovingAverageCallback  # noqa: E402
 from optimizers.keras3.multi_optimizer import MultiOptimizer  # noqa: E402
 from optimizers.keras3.rule_optimizer import keras3_class  # noqa: E402
+from optimizers.keras3.sam_model import SAMModel  # noqa: E402
 from optimizers.keras3.wrapper_optimizer import keras3_wrapper_class  # noqa: E402
+from optimizers.sam import sam_gradients  # noqa: E402
 from optimizers.wrappers.lookahead import Lookahead as _Lookahead  # noqa: E402
 from optimizers.wrappers.moving_average import MovingAverage as _MovingAverage  # noqa: E402
 from optimizers.wrappers.swa import SWA as _SWA  # noqa: E402
 
 _WRAPPERS = (_Lookahead, _MovingAverage, _SWA)
 
-__all__ = ["AverageModelCheckpoint", "MovingAverageCallback", "MultiOptimizer", "keras3_class", "keras3_wrapper_class",
+__all__ = ["AverageModelCheckpoint", "MovingAverageCallback", "MultiOptimizer", "SAMModel", "keras3_class",
+           "keras3_wrapper_class", "sam_gradients",
            *_rules.__all__, *(wrapper.__name__ for wrapper in _WRAPPERS)]
 
 for _name in _rules.__all__:

@@ -3,7 +3,12 @@ TensorFlow), for tests/catalogue/test_optax.py.
 
 Reads one JSON request on stdin, ``{"optimizer": name, "kwargs": {...}, "dtype": "float32" or
 "float64", "params": [...], "grads": [[...], ...]}``, and writes the parameters after each step as
-JSON (and, for schedule-free, the evaluation point after each step). ``optimizer`` names a function below, which builds the optax transformation.
+JSON (and, for schedule-free, the evaluation point after each step). ``optimizer`` names a
+function below, which builds the optax transformation.
+
+A request with ``"problem": {"x": [...], "y": [...]}`` and ``"steps"`` instead of ``"grads"`` (SAM,
+whose gradients depend on where they are taken) has its gradients computed here, of the least-squares
+loss ``mean((x @ w + b - y) ** 2)`` at the parameters ``[w, b]``, at each call of the transformation.
 """
 
 import json
@@ -55,8 +60,39 @@ def schedule_free_sgd(learning_rate, warmup_steps, beta_1, weight_decay, weight_
                                            state_dtype=dtype)
 
 
+def sam(learning_rate, momentum, rho, sync_period, opaque_mode):
+    """optax.contrib.sam around SGD with momentum; its adversarial step a normalized SGD step of size rho."""
+    adversarial = optax.chain(optax.contrib.normalize(), optax.sgd(rho))
+    return optax.contrib.sam(optax.sgd(learning_rate, momentum=momentum), adversarial, sync_period=sync_period,
+                             opaque_mode=opaque_mode)
+
+
+def sam_trajectory(request, dtype):
+    """The parameters after each call of ``sam``'s update, the gradient taken at the current parameters."""
+    x, y = (jnp.asarray(request["problem"][k], dtype) for k in ("x", "y"))
+
+    def loss(params, _batch=None):
+        w, b = params
+        return jnp.mean((x @ w + b - y) ** 2)
+
+    grad_fn = jax.grad(loss)
+    transform = sam(**request["kwargs"])
+    params = [jnp.asarray(p, dtype) for p in request["params"]]
+    state = transform.init(params)
+    out = []
+    for _ in range(request["steps"]):
+        updates, state = transform.update(grad_fn(params), state, params, grad_fn=grad_fn)
+        params = optax.apply_updates(params, updates)
+        out.append([p.tolist() for p in params])
+    return out
+
+
 def main():
     request = json.load(sys.stdin)
+    if "problem" in request:
+        trajectory = sam_trajectory(request, jnp.dtype(request["dtype"]))
+        json.dump({"trajectory": trajectory, "optax": optax.__version__, "jax": jax.__version__}, sys.stdout)
+        return
     dtype = jnp.dtype(request["dtype"])
     kwargs = dict(request["kwargs"])
     schedule_free = request["optimizer"].startswith("schedule_free")

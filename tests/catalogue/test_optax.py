@@ -101,3 +101,38 @@ def test_equals_optax_step_by_step(case, dtype):
         if evaluation:  # schedule-free's evaluation point, optax's schedule_free_eval_params
             np.testing.assert_allclose(optimizer.average_of(var).numpy(), evaluation[step - 1],
                                        err_msg=f"evaluation point, step {step}", **tolerance)
+
+
+# optax.contrib.sam, its adversarial step a normalized SGD step of size rho: with opaque_mode=True each
+# call is one SAM step (the gradient at w + e taken inside); with opaque_mode=False and sync_period=2 the
+# odd calls move to w + e and the even ones take the outer step from w. optax normalizes by the norm
+# alone, which is sam_gradients with epsilon=0.
+SAM_MODES = {"opaque": dict(opaque_mode=True, calls_per_step=1), "transparent": dict(opaque_mode=False, calls_per_step=2)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", sorted(SAM_MODES))
+def test_sam_equals_optax_step_by_step(mode, dtype):
+    rng = np.random.RandomState(3)
+    x, y = rng.randn(10, 3).astype(dtype), rng.randn(10, 1).astype(dtype)
+    params = [rng.randn(3, 1).astype(dtype), rng.randn(1).astype(dtype)]
+    rho, steps, calls = 0.05, 8, SAM_MODES[mode]["calls_per_step"]
+    request = dict(optimizer="sam", dtype=dtype, params=[p.tolist() for p in params], steps=steps * calls,
+                   problem=dict(x=x.tolist(), y=y.tolist()),
+                   kwargs=dict(learning_rate=f32(0.1), momentum=f32(0.9), rho=rho, sync_period=2,
+                               opaque_mode=SAM_MODES[mode]["opaque_mode"]))
+    done = subprocess.run([optax_python(), os.path.join(HERE, "optax_steps.py")], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["optax"] == "0.2.8", result
+    expected = result["trajectory"][calls - 1::calls]  # the parameters after each outer step
+
+    w, b = tf.Variable(params[0]), tf.Variable(params[1])
+    optimizer = optimizers.SGD(learning_rate=0.1, momentum=0.9)
+    for step, want in enumerate(expected, start=1):
+        _, grads = optimizers.sam_gradients(lambda: tf.reduce_mean((x @ w + b - y) ** 2), [w, b], rho=rho,
+                                            epsilon=0.0)
+        optimizer.apply_gradients(zip(grads, [w, b]))
+        for var, theirs in zip((w, b), want):
+            np.testing.assert_allclose(var.numpy(), np.asarray(theirs), err_msg=f"step {step}", **TOLERANCE[dtype])

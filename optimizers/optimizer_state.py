@@ -36,7 +36,7 @@ class RuleState:
         if rule.has_evaluation_point:
             specs += (StateSpec(EVALUATING),)
         self.rule, self.specs, self.variables = rule, specs, {}
-        self._moved: dict = {}  # variable key -> variable, for an evaluation point
+        self._moved: dict = {}  # id -> variable (held), for an evaluation point
 
     def create(self, make: Callable[[StateSpec], Any], var_list: Iterable[Any] = ()) -> None:
         """Each value's variable, made by ``make(spec)`` (the optimizer's own weights), once; with an
@@ -45,7 +45,7 @@ class RuleState:
             if spec.name not in self.variables:
                 self.variables[spec.name] = make(spec)
         if EVALUATING in self.variables:
-            self._moved.update((var.ref(), var) for var in var_list)
+            self._moved.update((id(var), var) for var in var_list)
 
     @property
     def moved(self) -> list:
@@ -116,13 +116,14 @@ class EvaluationPoint:
     (``MovingAverageCallback``, ``AverageModelCheckpoint``, ``averaged_weights``) evaluate and
     save the model there. The optimizer gives ``rule_state`` (its :class:`RuleState`),
     ``evaluated_variables()`` (the variables its rule moves, with slots) and
-    ``evaluation_inputs(var)`` (their slots and coefficients, or ``None`` before the first step)."""
+    ``evaluation_inputs(var)`` (its rule, the TensorFlow variable, its slots and coefficients, or
+    ``None`` before the first step)."""
 
     def _point(self, var: Any, to_training: bool) -> tuple[Callable, tuple] | None:
         inputs = self.evaluation_inputs(var)
         if inputs is None:
             return None
-        rule, slots, coefficients = inputs
+        rule, target, slots, coefficients = inputs
         names = sorted(slots)
 
         def move(local: Any, *local_slots: Any) -> Any:
@@ -131,7 +132,7 @@ class EvaluationPoint:
                      else rule.evaluation_point(local, own, coefficients))
             return local.assign(value, read_value=False)
 
-        return move, tuple(slots[name] for name in names)
+        return target, move, tuple(slots[name] for name in names)
 
     def average_of(self, var: Any) -> tf.Tensor | None:
         """The evaluation point of ``var`` (``None`` for a variable the rule does not move, or before
@@ -142,8 +143,8 @@ class EvaluationPoint:
             return None
         if self.rule_state.evaluating():
             return tf.identity(var)
-        rule, slots, coefficients = inputs
-        return tf.identity(rule.evaluation_point(var, slots, coefficients))
+        rule, target, slots, coefficients = inputs
+        return tf.identity(rule.evaluation_point(target, slots, coefficients))
 
     def assign_average_vars(self, var_list: Iterable[Any]) -> Any:
         """Set each variable of ``var_list`` to its evaluation point (the others are left as they are)."""
@@ -173,5 +174,5 @@ class EvaluationPoint:
         self.rule_state.set_evaluating(not evaluating)
 
     def _move(self, var_list: list, to_training: bool) -> Any:
-        moves = [(var, self._point(var, to_training)) for var in var_list]
-        return update_on_every_replica((var, move[0], move[1]) for var, move in moves if move is not None)
+        moves = [self._point(var, to_training) for var in var_list]
+        return update_on_every_replica(move for move in moves if move is not None)

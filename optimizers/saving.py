@@ -222,6 +222,9 @@ def save_own_variables(optimizer: Any, store: Any, inner: Any = None, variables:
                 except KeyError:
                     continue
                 entries.append(["inner_slot", var_name, slot_name])
+    for name, value in sorted(_rule_state_variables(optimizer).items()):
+        entries.append(["state", name])
+        values.append(value)
     for key, value in sorted(_state(optimizer).get("pending_slot_values", {}).items()):
         entries.append(list(key))  # loaded but not trained since: saved again as loaded
         values.append(value)
@@ -263,8 +266,30 @@ def load_own_variables(optimizer: Any, store: Any, inner: Any = None) -> None:
             hyper = hyper_dict(owner).get(entry[1])
             if isinstance(hyper, tf.Variable):
                 _assign(hyper, value)
+        elif kind == "state":
+            load_state_value(optimizer, entry[1], value)
         else:
             pending[(kind, entry[1], entry[2])] = value
+
+
+def _rule_state_variables(optimizer: Any) -> dict:
+    """The variables of ``optimizer``'s optimizer-wide state (``state_specs``), by name."""
+    state = getattr(optimizer, "rule_state", None)
+    return dict(state.variables) if state is not None else {}
+
+
+def load_state_value(optimizer: Any, name: str, value: Any) -> None:
+    """A loaded value of the optimizer-wide state: assigned, or kept for the variable's creation."""
+    var = _rule_state_variables(optimizer).get(name)
+    if var is not None:
+        _assign(var, value)
+    else:
+        _state(optimizer).setdefault("pending_state", {})[name] = np.asarray(value)
+
+
+def initial_state_value(optimizer: Any, name: str) -> Any:
+    """The loaded value the optimizer-wide state ``name`` starts from, or ``None``."""
+    return _state(optimizer).get("pending_state", {}).pop(name, None)
 
 
 def _take_restored_scalars(optimizer: Any, restored_optimizer: Any, create: bool = False) -> None:
@@ -281,10 +306,13 @@ def _take_restored_scalars(optimizer: Any, restored_optimizer: Any, create: bool
     restored_iterations = hyper_dict(restored_optimizer).get("iter")
     if restored_iterations is not None:
         _assign(optimizer.iterations, restored_iterations)
+    state_names = {spec.name for spec in getattr(getattr(optimizer, "rule_state", None), "specs", ())}
     for name, hyper in hyper_dict(restored_optimizer).items():
         own = hyper_dict(optimizer).get(name)
         if isinstance(own, tf.Variable) and isinstance(hyper, tf.Variable):
             _assign(own, hyper)
+        elif name in state_names and isinstance(hyper, tf.Variable):  # a child the loader took for one
+            load_state_value(optimizer, name, hyper.numpy())
 
 
 def initial_slot_value(optimizer: Any, var: tf.Variable, slot_name: str) -> Any:

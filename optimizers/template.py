@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import config as config_lib
+from optimizers import saving
 from optimizers.base import OptimizerBase, all_finite, check_grads_and_vars, index_checks
 from optimizers.execution import AfterStep, StepRunner, unless_non_finite
 from optimizers.hyperparameters import check_bool, check_number
@@ -312,7 +313,7 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint,
         return [var for var in self.rule_state.moved if self.evaluation_inputs(var) is not None]
 
     def evaluation_inputs(self, var: tf.Variable) -> tuple | None:
-        """``(rule, slots, coefficients)`` of ``var`` for its evaluation point; ``None`` for a variable
+        """``(rule, var, slots, coefficients)`` of ``var`` for its evaluation point; ``None`` for a variable
         this optimizer's rule has not moved."""
         if self.updater_for(var) is not None:
             return None
@@ -321,7 +322,7 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint,
         except KeyError:
             return None
         coefficients = self.step_coefficients(var.dtype.base_dtype, self.iterations, self.rule_state.values())
-        return self, slots, {**coefficients, **self.options_for(var)}
+        return self, var, slots, {**coefficients, **self.options_for(var)}
 
     @property
     def skipped_steps(self) -> tf.Variable:
@@ -347,8 +348,9 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint,
         self._rules.warn_unmatched(var_list)
 
     def _state_variable(self, spec: StateSpec, dtype: tf.DType) -> tf.Variable:
+        loaded = saving.initial_state_value(self, spec.name)  # from a .keras file or a SavedModel
         var = self.add_weight(spec.name, shape=spec.shape, dtype=dtype, trainable=False,
-                              initializer=tf.constant_initializer(spec.initial_value),
+                              initializer=tf.constant_initializer(spec.initial_value if loaded is None else loaded),
                               aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         own_weights(self).append(var)  # in `weights`, so .h5 files and get_weights() hold it
         return var

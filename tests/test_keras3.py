@@ -47,6 +47,8 @@ CASES = {
     "Adan": dict(learning_rate=0.01, weight_decay=0.02),
     "Muon": dict(learning_rate=0.01, adam_lr_ratio=0.5),
     "AdEMAMix": dict(learning_rate=0.01, beta_3=0.99, alpha_warmup=4, beta_3_warmup=4, weight_decay=0.01),
+    "ScheduleFreeAdamW": dict(learning_rate=0.01, warmup_steps=3, weight_decay=0.01),
+    "ScheduleFreeSGD": dict(learning_rate=0.05, beta_1=0.8),
 }
 
 

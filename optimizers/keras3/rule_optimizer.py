@@ -15,6 +15,7 @@ from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers.execution import StepRunner
 from optimizers.keras_compat import create_hypers, hyper_dict
+from optimizers.optimizer_state import EvaluationPoint, RuleState
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import on_this_device
 from optimizers.variable_rules import VariableRules, reduce_gradients
@@ -33,9 +34,10 @@ class _Rule:
 
     def __init__(self, rule: CustomOptimizerV2, runner: StepRunner) -> None:
         self.rule, self.runner, self.coefficients = rule, runner, {}
+        self.state, self.next_state = RuleState(rule), None  # the rule's optimizer-wide state: Keras 3 variables
 
 
-class RuleOptimizer(keras.optimizers.Optimizer):
+class RuleOptimizer(EvaluationPoint, keras.optimizers.Optimizer):
     """A Keras 3 optimizer that runs the rule of a template optimizer class (``rule_class``)."""
 
     rule_class: type[CustomOptimizerV2]
@@ -121,6 +123,36 @@ class RuleOptimizer(keras.optimizers.Optimizer):
                 for spec in each:
                     if (var_prefix, spec.name) == (prefix, name):
                         slots[name] = add_slot(self, var, spec, prefix)
+        wide = "float64" if any(var.dtype == "float64" for var in var_list) else "float32"
+        self.rule_state.create(lambda spec: self.add_variable(
+            shape=spec.shape, initializer=keras.initializers.Constant(spec.initial_value),
+            dtype=spec.dtype.name if spec.dtype is not None else wide, aggregation="only_first_replica",
+            name=spec.name), var_list)
+
+    @property
+    def rule_state(self) -> RuleState:
+        """The rule's optimizer-wide state (``state_specs``), its variables made by :meth:`build`."""
+        return self._held.state
+
+    @property
+    def has_evaluation_point(self) -> bool:
+        return self.rule.has_evaluation_point
+
+    def evaluated_variables(self) -> list:
+        return [var for var in (self._trainable_variables if self.built else [])
+                if self.evaluation_inputs(var) is not None]
+
+    def evaluation_inputs(self, var: Any) -> tuple | None:
+        """``(rule, TensorFlow variable, slots, coefficients)`` of ``var`` (a Keras 3 variable) for its
+        evaluation point; ``None`` for a variable this optimizer's rule does not move."""
+        if not self.built or self._rule_of(var.value) is not self.rule:
+            return None
+        slots = {name: slot.value for name, slot in self._rule_slots[self._get_variable_index(var)].items()}
+        if not slots:
+            return None
+        dtype = var.value.dtype.base_dtype
+        coefficients = self.rule.step_coefficients(dtype, self._steps_taken(), self.rule_state.values())
+        return self.rule, var.value, slots, {**coefficients, **self.rule.options_for(var.value)}
 
     def _rule_of(self, var: tf.Variable) -> Any:
         """The rule that moves ``var``: its updater (``updaters=``, ``optimizers.set_updater``), else
@@ -153,8 +185,17 @@ class RuleOptimizer(keras.optimizers.Optimizer):
     def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:
         """Keras 3's hook that runs ``update_step`` for every variable of one step: the rule's
         coefficients are computed once per (device, dtype) in it."""
-        self._held.coefficients = {}
-        super()._backend_update_step(grads, trainable_variables, learning_rate)
+        held = self._held
+        held.coefficients, held.next_state = {}, held.state.next_values(self._steps_taken())
+        with tf.control_dependencies(held.state.checks()):
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+        if held.state.variables:
+            tf.__internal__.distribute.interim.maybe_merge_call(self._store_state, self._distribution_strategy)
+
+    def _store_state(self, distribution: tf.distribute.Strategy) -> None:
+        """The state after the step, computed again where the replicas meet (from the same values)."""
+        for name, value in self._held.state.next_values(self._steps_taken()).items():
+            self._held.state.variables[name].value.assign(value)
 
     def _inputs_of(self, var: tf.Variable, apply_state: Any) -> tuple:
         rule, cache = self._rule_of(var), self._held.coefficients
@@ -162,7 +203,8 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         key = (var.device, var.dtype.base_dtype, id(rule))
         if key not in cache:
             with tf.device(var.device):
-                cache[key] = rule.step_coefficients(var.dtype.base_dtype, self._steps_taken())
+                state = self._held.next_state if rule is self.rule else None
+                cache[key] = rule.step_coefficients(var.dtype.base_dtype, self._steps_taken(), state)
         options = rule.options_for(var)
         return rule, slots, {**cache[key], **options}, options
 

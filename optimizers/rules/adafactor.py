@@ -132,9 +132,9 @@ class Adafactor(CustomOptimizerV2):
             return [SlotSpec("v_row", shape=lambda s: s[:-1]), SlotSpec("v_col", shape=lambda s: s[:-2] + s[-1:])]
         return ["v"]
 
-    def step_coefficients(self, dtype, iterations):
+    def step_coefficients(self, dtype, iterations, state=None):
         """float32 coefficients for float16/bfloat16 variables (see the class docstring)."""
-        return super().step_coefficients(tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype, iterations)
+        return super().step_coefficients(tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype, iterations, state)
 
     def prepare(self, dtype, c):
         step, lr = c["step"], c["learning_rate"]

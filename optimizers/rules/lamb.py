@@ -112,13 +112,13 @@ class LAMB(CustomOptimizerV2):
             self._not_adapted = VariableMask(self.exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
         return {"layer_adaptation": not self._not_adapted.matches(var)}
 
-    def step_coefficients(self, dtype: tf.DType, iterations: Any) -> dict[str, Any]:
+    def step_coefficients(self, dtype: tf.DType, iterations: Any, state: Any = None) -> dict[str, Any]:
         """For a bfloat16 variable the coefficients are computed in float32, then rounded: in
         bfloat16, ``0.999`` is ``1.0``, so ``1 - beta_2`` and the bias correction
         :math:`1 - \\beta_2^t` would be zero (a step of NaN), and steps past 256 are not exact."""
         if dtype != tf.bfloat16:
-            return super().step_coefficients(dtype, iterations)
-        coefficients = super().step_coefficients(tf.float32, iterations)
+            return super().step_coefficients(dtype, iterations, state)
+        coefficients = super().step_coefficients(tf.float32, iterations, state)
         return {k: tf.cast(v, dtype) if tf.is_tensor(v) and v.dtype == tf.float32 else v
                 for k, v in coefficients.items()}
 

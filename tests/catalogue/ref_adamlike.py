@@ -223,6 +223,43 @@ class AdEMAMixRule:
         return param - self.lr * u, {"m_1": m_1, "m_2": m_2, "nu": nu}
 
 
+class ScheduleFreeRule:
+    """Defazio et al. 2024 as optax's schedule_free: z moved by the base step (Adam's without momentum
+    when ``adam``, else the gradient) plus lr * wd * y; x the average of the z's weighted by the running
+    maximum learning rate to the power p; y = b1 x + (1 - b1) z. The warm-up scales the base step's rate by
+    min(t - 1, W) / W and the average's weight by min(t, W) / W (optax's counts)."""
+
+    def __init__(self, adam, learning_rate, warmup_steps=None, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+                 weight_lr_power=2.0, weight_decay=None):
+        self.adam, self.lr, self.warmup = adam, f32(learning_rate), warmup_steps
+        self.b1, self.b2, self.eps, self.p = f32(beta_1), f32(beta_2), epsilon, f32(weight_lr_power)
+        self.wd = 0.0 if weight_decay is None else f32(weight_decay)
+
+    def rate(self, count):
+        return self.lr if self.warmup is None else self.lr * min(count, self.warmup) / self.warmup
+
+    def average_rate(self, t):
+        """c_t: this step's weight over the sum of the weights so far."""
+        weights = np.maximum.accumulate([self.rate(s) for s in range(1, t + 1)]) ** self.p
+        return weights[-1] / weights.sum() if weights.sum() else 0.0
+
+    def initial_slots(self, param):
+        return {"z": np.array(param, copy=True), **({"nu": np.zeros_like(param)} if self.adam else {})}
+
+    def step(self, param, grad, rows, slots, t, decayed=True):
+        out, u = {}, grad
+        if self.adam:
+            out["nu"] = self.b2 * slots["nu"] + (1 - self.b2) * grad ** 2
+            u = grad / (np.sqrt(out["nu"] / (1 - self.b2 ** t)) + self.eps)
+        if decayed:
+            u = u + self.wd * param
+        x = (param - (1 - self.b1) * slots["z"]) / self.b1
+        out["z"] = slots["z"] - self.rate(t - 1) * u
+        c = self.average_rate(t)
+        x = (1 - c) * x + c * out["z"]
+        return self.b1 * x + (1 - self.b1) * out["z"], out
+
+
 def rule_for(cls_name, kwargs):
     """The reference of our class ``cls_name`` built with ``kwargs`` (their constructor arguments)."""
     kwargs = {k: v for k, v in kwargs.items() if k not in ("jit_compile", "exclude_from_weight_decay")}

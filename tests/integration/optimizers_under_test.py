@@ -185,6 +185,14 @@ OPTIMIZERS = [
         0.01, beta_3=0.99, alpha_warmup=2, beta_3_warmup=3, weight_decay=0.1, jit_compile=jit_compile),
          lambda: ref.Optimizer(ref.AdamLike(adamlike.AdEMAMixRule(
              0.01, beta_3=0.99, alpha_warmup=2, beta_3_warmup=3, weight_decay=0.1), "AdEMAMix"))),
+    Case("schedule_free_adamw_warmup_decay", lambda jit_compile=True: optimizers.ScheduleFreeAdamW(
+        0.01, warmup_steps=2, beta_2=0.75, weight_decay=0.1, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.ScheduleFreeRule(
+             True, 0.01, warmup_steps=2, beta_2=0.75, weight_decay=0.1), "ScheduleFreeAdamW"))),
+    Case("schedule_free_sgd", lambda jit_compile=True: optimizers.ScheduleFreeSGD(
+        0.05, beta_1=0.75, weight_lr_power=1.0, jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.AdamLike(adamlike.ScheduleFreeRule(
+             False, 0.05, beta_1=0.75, weight_lr_power=1.0), "ScheduleFreeSGD"))),
     Case("lamb_exclusions", lambda jit_compile=True: optimizers.LAMB(
         0.02, beta_1=0.5, beta_2=0.75, weight_decay=0.05, exclude_from_layer_adaptation=["bias"],
         jit_compile=jit_compile),

@@ -129,6 +129,11 @@ class VariableRules:
                 raise ValueError(f"{type(rule).__name__}.variable_options() must not return a coefficient's name "
                                  f"(a hyperparameter, or one its base class sets): it would replace it. Received: "
                                  f"{clash} for variable {var.name!r}")
+            if rule is not self.host and (rule.state_specs() or rule.has_evaluation_point):
+                raise ValueError(f"{type(rule).__name__} keeps optimizer-wide state or evaluates elsewhere than it "
+                                 f"trains: it cannot move chosen variables of another optimizer (an updater, a "
+                                 f"MultiOptimizer pair). Use it as the optimizer. Received: {rule!r} for variable "
+                                 f"{var.name!r}")
             rule.lock_options()
             if isinstance(rule, OptimizerV2) and rule is not self.host:
                 create_hypers(rule)  # its hyperparameters become variables: later assignments take effect

@@ -1,4 +1,5 @@
-"""LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion: dense step vs tf_keras's fused Adam, and vs TFA's own.
+"""LazyAdam, Yogi, AdaBelief, RectifiedAdam, Lion, schedule-free AdamW and SGD: dense step vs tf_keras's
+fused Adam, and vs TFA's own.
 
 Every comparison is timed in interleaved rounds (best round of each side), as wall
 time per step and as process CPU time per step (user + system, all threads: the
@@ -7,7 +8,8 @@ work done, steadier than wall time on a shared machine).
 * Default stack: ours (each dense step one C++ kernel of ``optimizers.kernels``;
   LazyAdam's is TensorFlow's fused Adam kernel itself) against tf_keras's legacy ``Adam`` (one fused C++ kernel) on the
   same ~8M float32 parameters. Goal <= 1.3 (Adam-like rules: one pass over the
-  variable and its slots).
+  variable and its slots). Schedule-free AdamW and SGD run their XLA-compiled step (no kernel of
+  their own): the same goal.
 * ``python benchmarks/bench_adamlike.py --tfa <Name>`` (run by ``make bench``
   when .venv-tf215 exists; one subprocess per class) times, in the TF 2.15 + TFA
   environment where this library is installed too, ours, TFA's ``<Name>`` and
@@ -30,6 +32,7 @@ if __name__ == "__main__":
 from benchmarks.common import TFA_PYTHON, Case, dense_problem, tfa_output, timed, train_step  # noqa: E402
 
 NAMES = ["LazyAdam", "Yogi", "AdaBelief", "RectifiedAdam", "Lion"]
+COMPILED = ["ScheduleFreeAdamW", "ScheduleFreeSGD"]  # an XLA-compiled step, no kernel of their own
 TFA_NAMES = ["LazyAdam", "Yogi", "AdaBelief", "RectifiedAdam"]  # Lion: not in TFA
 ROWS, TOUCHED, WIDTH = 1_000_000, 4096, 32
 
@@ -40,10 +43,11 @@ def ours(name: str):
     from optimizers.rules.lazy_adam import LazyAdam
     from optimizers.rules.lion import Lion
     from optimizers.rules.rectified_adam import RectifiedAdam
+    from optimizers.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
     from optimizers.rules.yogi import Yogi
 
     return {"LazyAdam": LazyAdam, "Yogi": Yogi, "AdaBelief": AdaBelief, "RectifiedAdam": RectifiedAdam,
-            "Lion": Lion}[name]
+            "Lion": Lion, "ScheduleFreeAdamW": ScheduleFreeAdamW, "ScheduleFreeSGD": ScheduleFreeSGD}[name]
 
 
 def dense_times(makers: list) -> list[tuple[float, float]]:
@@ -82,9 +86,10 @@ def _pick(times: list, a: int, b: int, metric: int) -> tuple[float, float]:
 
 def cases() -> list[Case]:
     out = []
-    for name in NAMES:
+    for name in NAMES + COMPILED:
+        how = "compiled step" if name in COMPILED else "fused kernel"
         for metric, what in ((0, ""), (1, ", CPU time")):
-            out.append(Case(f"adamlike {name} (fused kernel) / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
+            out.append(Case(f"adamlike {name} ({how}) / fused Adam, 8M f32{what}", "tf_keras legacy Adam", 1.3,
                             lambda n=name, m=metric: _pick(_default_stack(n), 0, 1, m)))
     if os.path.exists(TFA_PYTHON):
         for name in TFA_NAMES:

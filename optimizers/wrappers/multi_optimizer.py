@@ -442,9 +442,9 @@ class MultiOptimizer(CustomOptimizerV2):
 
     def _step_with_foreign(self, rules: list, foreign: list, name: str | None, aggregate: bool) -> Any:
         """One step in which pairs' own Keras optimizers step their weights: every gradient combined
-        across replicas once (one all-reduce), the step's checks of their gradients first, then the
-        rules' step (which counts it in ``iterations``), then each such optimizer's ``apply_gradients``
-        on its pair's (already combined) gradients, with its own clipping."""
+        across replicas once (one all-reduce), the step's checks first, then each such optimizer's
+        ``apply_gradients`` on its pair's (already combined) gradients, with its own clipping, then the
+        rules' step, which counts the step in ``iterations``."""
         rules = [(grad, var) for grad, var in rules if grad is not None]
         if aggregate:
             combined = self._aggregate_gradients(rules + foreign)
@@ -456,18 +456,19 @@ class MultiOptimizer(CustomOptimizerV2):
         with tf.name_scope(self._name):
             for optimizer, pairs in groups.values():
                 self._create_foreign_weights(optimizer, [var for _, var in pairs], build=False)
+        # Checked before anything changes: every sparse gradient's indices (the rules' hyperparameters are
+        # checked within the rules' step, which comes last).
+        checks = index_checks(rules + foreign)
         eager = tf.executing_eagerly()
-        with tf.control_dependencies([] if eager else index_checks(foreign)):
-            if eager:
-                index_checks(foreign)  # raises before anything changes
-            if rules:
-                update = super().apply_gradients(rules, name, experimental_aggregate_gradients=False)
-            else:
-                update = self.iterations.assign_add(1, read_value=False)
-        with tf.control_dependencies([] if eager or update is None else [update]):
+        with tf.control_dependencies([] if eager else checks):
             updates = [optimizer.apply_gradients(pairs, experimental_aggregate_gradients=False)
                        for optimizer, pairs in groups.values()]
-        return update if eager else tf.group([update] + [u for u in updates if u is not None])
+        # The rules' step last, and what it returns: one value for every replica (a merge call's), as a
+        # LossScaleOptimizer's cond around this step needs.
+        with tf.control_dependencies([] if eager else [u for u in updates if u is not None]):
+            if rules:
+                return super().apply_gradients(rules, name, experimental_aggregate_gradients=False)
+            return self.iterations.assign_add(1, read_value=False)
 
     def _aggregate_gradients(self, grads_and_vars: Any) -> list:
         """As the template's, with the weights of a pair's own Keras optimizer summed (as it sums them)."""

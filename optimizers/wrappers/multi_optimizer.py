@@ -3,9 +3,13 @@ r"""``MultiOptimizer``: a different optimizer for each group of layers.
 The drop-in successor of TensorFlow Addons' ``MultiOptimizer``, built on
 variable routing (``optimizers/updaters.py``): one host optimizer takes one
 step, in which each layer's variables follow the rule of the optimizer paired
-with the layer. So the optimizers must be rules: written on
-:class:`~optimizers.CustomOptimizerV2` (``optimizers.Adam``...) or variable
-updaters (``optimizers.Frozen()``).
+with the layer, where it is a rule: written on
+:class:`~optimizers.CustomOptimizerV2` (``optimizers.Adam``...), a variable
+updater (``optimizers.Frozen()``), or a built-in Keras optimizer with a class
+of its name here (``Adam``, ``SGD``), which becomes that class. Any other
+Keras 2 optimizer (``RMSprop``, ``Adagrad``..., a third-party ``OptimizerV2``)
+steps its pair's weights itself, by its own ``apply_gradients``, within the
+host's step.
 """
 
 from __future__ import annotations
@@ -244,11 +248,17 @@ class MultiOptimizer(CustomOptimizerV2):
     optimizer_specs=None, name="MultiOptimizer")``, same config
     (``optimizer_specs``: each optimizer and its weights' names, as
     :meth:`create_optimizer_spec` makes one). Differences:
-    the optimizers are rules: a built-in Keras optimizer with an equivalent
-    here (``Adam``, ``SGD``, given or in a config, TFA's included) becomes that
-    equivalent, built from its config (so set a pair's hyperparameters on
-    ``optimizer_specs[i]["optimizer"]``), and other Keras optimizers are
-    refused; a pair of layers moves those layers' variables, never
+    a built-in Keras optimizer with an equivalent here (``Adam``, ``SGD``,
+    given or in a config, TFA's included) becomes that equivalent, built from
+    its config (so set a pair's hyperparameters on
+    ``optimizer_specs[i]["optimizer"]``); any other Keras 2 optimizer (built-in
+    or third-party, fresh) steps its pair's weights with its own
+    ``apply_gradients`` (TFA's numbers), on gradients combined across replicas
+    once with the rest of the step's, with its own clipping, its own step
+    counter and slots (checkpointed, and kept by ``.h5``, ``.keras`` and
+    SavedModel for a legacy ``OptimizerV2``), before the rules' step counts
+    the step in ``iterations``; such a pair cannot be combined with
+    ``skip_non_finite``; a pair of layers moves those layers' variables, never
     another weight of the same name (TFA routed by name: a nested model's
     weight in no pair, named like a paired one, moved too), and a pair from a
     config, which has names only, refuses a step in which two variables share

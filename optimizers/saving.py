@@ -383,6 +383,12 @@ def link_restored_optimizer(optimizer: Any, restored_optimizer: Any) -> None:
         link_restored_optimizer(optimizer.inner_optimizer, restored_optimizer)
         return
     _take_restored_scalars(optimizer, restored_optimizer, create=True)
+    # Built-in or third-party optimizers whose state ours keeps (a MultiOptimizer's pairs' own): their
+    # step counters and hyperparameters now, their slots when created (restore_inner_slots).
+    for name, child in getattr(optimizer, "unsaved_optimizers", dict)().items():
+        restored = restored_child(restored_optimizer, name)
+        if restored is not None:
+            _take_restored_scalars(child, restored, create=True)
     inner = getattr(optimizer, "inner_optimizer", None)
     restored_inner = restored_child(restored_optimizer, getattr(optimizer, "inner_checkpoint_name", ""))
     if inner is None or restored_inner is None:

@@ -3,14 +3,19 @@ r"""``MultiOptimizer``: a different optimizer for each group of layers.
 The drop-in successor of TensorFlow Addons' ``MultiOptimizer``, built on
 variable routing (``optimizers/updaters.py``): one host optimizer takes one
 step, in which each layer's variables follow the rule of the optimizer paired
-with the layer. So the optimizers must be rules: written on
-:class:`~optimizers.CustomOptimizerV2` (``optimizers.Adam``...) or variable
-updaters (``optimizers.Frozen()``).
+with the layer, where it is a rule: written on
+:class:`~optimizers.CustomOptimizerV2` (``optimizers.Adam``...), a variable
+updater (``optimizers.Frozen()``), or a built-in Keras optimizer with a class
+of its name here (``Adam``, ``SGD``), which becomes that class. Any other
+Keras 2 optimizer (``RMSprop``, ``Adagrad``..., a third-party ``OptimizerV2``)
+steps its pair's weights itself, by its own ``apply_gradients``, within the
+host's step.
 """
 
 from __future__ import annotations
 
 import collections
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -18,13 +23,24 @@ import numpy as np
 import tensorflow as tf
 
 from optimizers import config as config_lib
-from optimizers.base import check_grads_and_vars
-from optimizers.keras_compat import KERAS3_HINT, OptimizerV2, create_hypers, is_keras3_object, keras, own_weights
+from optimizers import saving
+from optimizers.base import check_grads_and_vars, index_checks
+from optimizers.keras_compat import (
+    KERAS3_HINT,
+    OptimizerV2,
+    create_all_weights,
+    create_hypers,
+    is_keras3_object,
+    is_loss_scale_optimizer,
+    keras,
+    own_weights,
+    track,
+)
 from optimizers.rule import REDUCTIONS, UpdateRule
 from optimizers.template import CustomOptimizerV2
 from optimizers.tf_compat import is_parameter_server, variable_key, variable_name
 from optimizers.updaters import VariableUpdater, get_updater
-from optimizers.variable_rules import as_alone
+from optimizers.variable_rules import as_alone, reduce_gradients
 from optimizers.wrappers.base import OptimizerWrapper
 
 __all__ = ["MultiOptimizer"]
@@ -65,9 +81,25 @@ def _builtin_equivalent(optimizer: Any, where: str, from_config: bool) -> Custom
     return same_name.from_config(config)
 
 
-def _as_rule(optimizer: Any, where: str, from_config: bool) -> UpdateRule:
+def _foreign(optimizer: Any, where: str) -> Any:
+    """``optimizer``, a Keras 2 optimizer that is no rule (a built-in without an equivalent here,
+    a third-party ``OptimizerV2``), checked: it takes its own steps on its pair's weights."""
+    legacy = isinstance(optimizer, OptimizerV2)
+    steps = int(optimizer.iterations.numpy()) if (not legacy or own_weights(optimizer)) else 0
+    if steps:
+        raise ValueError(f"{where} has taken {steps} steps: its step counter would not be the MultiOptimizer's. "
+                         f"Pair a fresh one. Received: {where}={optimizer!r}")
+    aggregator = getattr(optimizer, "gradient_aggregator", None)
+    if legacy and aggregator is not keras.optimizers.legacy.SGD().gradient_aggregator:
+        raise ValueError(f"{where} must have no `gradient_aggregator`: give it to the MultiOptimizer, which "
+                         f"aggregates the step's gradients. Received: gradient_aggregator={aggregator!r}")
+    return optimizer
+
+
+def _as_rule(optimizer: Any, where: str, from_config: bool) -> Any:
     """``optimizer`` if it can be a rule. A built-in Keras 2 optimizer (given, or named by a config,
-    TFA's included) becomes this library's class of the same name, which has its numbers."""
+    TFA's included) becomes this library's class of the same name, which has its numbers; any other
+    Keras 2 optimizer is returned as it is (:func:`_foreign`), and steps its weights itself."""
     if isinstance(optimizer, dict):
         cls = keras.utils.get_registered_object(optimizer.get("class_name", ""))
         if isinstance(cls, type) and issubclass(cls, VariableUpdater):
@@ -79,16 +111,14 @@ def _as_rule(optimizer: Any, where: str, from_config: bool) -> UpdateRule:
         equivalent = _builtin_equivalent(optimizer, where, from_config)
         if equivalent is not None:
             return equivalent
-    if isinstance(optimizer, OptimizerWrapper):
+        if not is_loss_scale_optimizer(optimizer):
+            return _foreign(optimizer, where)
+    if isinstance(optimizer, OptimizerWrapper) or is_loss_scale_optimizer(optimizer):
         problem = "is a wrapper, which acts on whole steps: wrap the MultiOptimizer instead, e.g. Lookahead(...)"
     elif is_keras3_object(optimizer):
         problem = "is a Keras 3 optimizer. " + KERAS3_HINT
-    elif keras_optimizer:
-        problem = ("is a Keras optimizer with no equivalent written on CustomOptimizerV2 here; MultiOptimizer "
-                   "routes each layer's weights to such rules (optimizers.Adam, optimizers.SGD..., or the built-in "
-                   "Keras optimizers of those names, which become them)")
     elif not isinstance(optimizer, UpdateRule):
-        problem = "must be an optimizer written on CustomOptimizerV2 or a VariableUpdater"
+        problem = "must be a Keras 2 optimizer or a VariableUpdater"
     else:
         problem = None
     if problem is not None:
@@ -150,6 +180,28 @@ def parse_pairs(optimizers_and_layers: Any, optimizer_specs: Any, resolve: Calla
     return pairs
 
 
+_SUMMED = types.SimpleNamespace(reduction="sum")  # how a pair's own Keras optimizer combines gradients
+
+
+class _Prefixed:
+    """The entries of a ``.keras`` store whose keys begin with ``prefix``, as a store of their own."""
+
+    def __init__(self, store: Any, prefix: str) -> None:
+        self._store, self._prefix = store, prefix
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._store[self._prefix + key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._store[self._prefix + key]
+
+    def __contains__(self, key: str) -> bool:
+        return self._prefix + key in self._store
+
+    def keys(self) -> list[str]:
+        return [key[len(self._prefix):] for key in self._store.keys() if key.startswith(self._prefix)]
+
+
 def _refuse_clipping(multi: MultiOptimizer, key: str, value: Any) -> None:
     """MultiOptimizer's clipping setters: each pair's optimizer clips, so only ``None`` (what
     OptimizerV2's constructor sets) is accepted."""
@@ -196,11 +248,17 @@ class MultiOptimizer(CustomOptimizerV2):
     optimizer_specs=None, name="MultiOptimizer")``, same config
     (``optimizer_specs``: each optimizer and its weights' names, as
     :meth:`create_optimizer_spec` makes one). Differences:
-    the optimizers are rules: a built-in Keras optimizer with an equivalent
-    here (``Adam``, ``SGD``, given or in a config, TFA's included) becomes that
-    equivalent, built from its config (so set a pair's hyperparameters on
-    ``optimizer_specs[i]["optimizer"]``), and other Keras optimizers are
-    refused; a pair of layers moves those layers' variables, never
+    a built-in Keras optimizer with an equivalent here (``Adam``, ``SGD``,
+    given or in a config, TFA's included) becomes that equivalent, built from
+    its config (so set a pair's hyperparameters on
+    ``optimizer_specs[i]["optimizer"]``); any other Keras 2 optimizer (built-in
+    or third-party, fresh) steps its pair's weights with its own
+    ``apply_gradients`` (TFA's numbers), on gradients combined across replicas
+    once with the rest of the step's, with its own clipping, its own step
+    counter and slots (checkpointed, and kept by ``.h5``, ``.keras`` and
+    SavedModel for a legacy ``OptimizerV2``), before the rules' step counts
+    the step in ``iterations``; such a pair cannot be combined with
+    ``skip_non_finite``; a pair of layers moves those layers' variables, never
     another weight of the same name (TFA routed by name: a nested model's
     weight in no pair, named like a paired one, moved too), and a pair from a
     config, which has names only, refuses a step in which two variables share
@@ -244,10 +302,25 @@ class MultiOptimizer(CustomOptimizerV2):
                                   lambda var: var.name, variable_key)
         # Pairs of layers route their variables themselves; only pairs from a config go by name, which
         # two weights can share (a layer of a nested model in no pair named like a paired one).
-        self._rule_by_key = {key: pair["optimizer"] for pair in self._pairs for key in pair["keys"] or ()}
-        self._rule_by_name = {name: pair["optimizer"] for pair in self._pairs if pair["keys"] is None
-                              for name in pair["weights"]}
+        rules = [i for i, pair in enumerate(self._pairs) if isinstance(pair["optimizer"], UpdateRule)]
+        foreign = [i for i in range(len(self._pairs)) if i not in rules]
+        if foreign and self.skip_non_finite:
+            raise ValueError("MultiOptimizer cannot skip a step (`skip_non_finite`) in which a pair's own Keras "
+                             "optimizer steps its weights. Wrap the model's optimizer in a LossScaleOptimizer, or "
+                             "pair optimizers written on CustomOptimizerV2. Received: skip_non_finite=True with "
+                             f"{[type(self._pairs[i]['optimizer']).__name__ for i in foreign]}")
+        self._rule_by_key = {key: self._pairs[i]["optimizer"] for i in rules for key in self._pairs[i]["keys"] or ()}
+        self._rule_by_name = {name: self._pairs[i]["optimizer"] for i in rules if self._pairs[i]["keys"] is None
+                              for name in self._pairs[i]["weights"]}
+        # A pair's own Keras optimizer, by the pair's position (no Keras saving walks it twice: see
+        # save_own_variables), and the variables it has met (their loaded slots restored once).
+        self._foreign_by_key = {key: i for i in foreign for key in self._pairs[i]["keys"] or ()}
+        self._foreign_by_name = {name: i for i in foreign if self._pairs[i]["keys"] is None
+                                 for name in self._pairs[i]["weights"]}
+        self._foreign_met: dict = {}
         self._rules.track_routed({f"optimizer_specs[{i}]": pair["optimizer"] for i, pair in enumerate(self._pairs)})
+        for i in foreign:
+            track(self, self._pairs[i]["optimizer"], f"optimizer_specs[{i}]")  # new-style ones too
 
     clipnorm = property(OptimizerV2.clipnorm.fget, lambda self, value: _refuse_clipping(self, "clipnorm", value))
     clipvalue = property(OptimizerV2.clipvalue.fget, lambda self, value: _refuse_clipping(self, "clipvalue", value))
@@ -277,13 +350,61 @@ class MultiOptimizer(CustomOptimizerV2):
         rule = self._rule_by_key.get(variable_key(var))
         return self._rule_by_name.get(variable_name(var)) if rule is None else rule
 
+    def _foreign_of(self, var: tf.Variable) -> Any:
+        """The Keras optimizer of ``var``'s pair where it is no rule (it steps ``var`` itself), else ``None``."""
+        if not (self._foreign_by_key or self._foreign_by_name) or get_updater(var) is not None:
+            return None
+        i = self._foreign_by_key.get(variable_key(var))
+        i = self._foreign_by_name.get(variable_name(var)) if i is None else i
+        return None if i is None else self._pairs[i]["optimizer"]
+
+    def _foreign_optimizers(self) -> list[tuple[int, Any]]:
+        """``[(pair position, optimizer)]`` of the pairs' own Keras optimizers, each once."""
+        out, seen = [], set()
+        for i in sorted(set(self._foreign_by_key.values()) | set(self._foreign_by_name.values())):
+            if id(self._pairs[i]["optimizer"]) not in seen:
+                seen.add(id(self._pairs[i]["optimizer"]))
+                out.append((i, self._pairs[i]["optimizer"]))
+        return out
+
+    def _create_foreign_weights(self, optimizer: Any, var_list: list, build: bool = True) -> None:
+        """``optimizer``'s step counter, hyperparameters and slots of ``var_list`` (a new-style one is
+        built once, where ``build``); slots loaded from a file take their values."""
+        with tf.init_scope():
+            if isinstance(optimizer, OptimizerV2):
+                create_all_weights(optimizer, var_list)
+            elif build:
+                optimizer.build(var_list)
+            met = self._foreign_met.setdefault(id(optimizer), {})
+            for var in var_list:
+                if variable_key(var) not in met:
+                    met[variable_key(var)] = var
+                    if isinstance(optimizer, OptimizerV2):
+                        saving.restore_inner_slots(optimizer, optimizer, var)
+
     def _create_all_weights(self, var_list: Any) -> None:
         # Each optimizer's hyperparameters become variables, as its own step would make them: setting one
         # (``optimizer_specs[0]["optimizer"].learning_rate = 1e-4``) then changes traced steps too.
+        var_list = list(var_list)
         for pair in self._pairs:
             if isinstance(pair["optimizer"], CustomOptimizerV2):
                 create_hypers(pair["optimizer"])
-        super()._create_all_weights(var_list)
+        groups: dict = {}  # a pair's own Keras optimizer: its weights too (Keras calls this hook on .h5 load)
+        for var in var_list:
+            optimizer = self._foreign_of(var)
+            if optimizer is not None:
+                groups.setdefault(id(optimizer), (optimizer, []))[1].append(var)
+        for optimizer, variables in groups.values():
+            self._create_foreign_weights(optimizer, variables)
+        super()._create_all_weights([var for var in var_list if self._foreign_of(var) is None])
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        """The MultiOptimizer's own weights, then those of each pair's own Keras optimizer (``.h5``)."""
+        own = list(super().weights)
+        for _, optimizer in self._foreign_optimizers():
+            own += list(optimizer.weights if isinstance(optimizer, OptimizerV2) else optimizer.variables)
+        return own
 
     def update_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:
         return tf.no_op()  # only weights in no pair follow the host's rule
@@ -305,7 +426,7 @@ class MultiOptimizer(CustomOptimizerV2):
                 f"Received: strategy={type(tf.distribute.get_strategy()).__name__}")
         grads_and_vars = check_grads_and_vars(grads_and_vars)  # every pair, also those that take no step
         given = [var for grad, var in grads_and_vars if grad is not None]
-        if given and all(self.updater_for(var) is None for var in given):
+        if given and all(self.updater_for(var) is None and self._foreign_of(var) is None for var in given):
             raise ValueError(
                 "None of the variables of this step is in a MultiOptimizer pair: the step would change nothing. "
                 "Pairs hold the variables of the layers they were given, or from a config their names; a "
@@ -314,7 +435,8 @@ class MultiOptimizer(CustomOptimizerV2):
                 f"layers. Pairs hold {[name for pair in self._pairs for name in pair['weights']][:8]}; "
                 f"received variables {[variable_name(var) for var in given][:8]}")
         named = [variable_name(var) for var in given
-                 if variable_key(var) not in self._rule_by_key and variable_name(var) in self._rule_by_name]
+                 if variable_key(var) not in self._rule_by_key and variable_key(var) not in self._foreign_by_key
+                 and (variable_name(var) in self._rule_by_name or variable_name(var) in self._foreign_by_name)]
         shared = sorted(name for name, count in collections.Counter(named).items() if count > 1)
         if shared:
             raise ValueError(f"Weight {shared[0]!r} of a pair names two variables of this step: a MultiOptimizer "
@@ -322,8 +444,46 @@ class MultiOptimizer(CustomOptimizerV2):
                              "Make it from the layers (optimizers_and_layers), or name the layers apart. "
                              f"Received: variables named {shared}")
         # Weights in no pair take no step at all (nothing to compile for them).
+        foreign = [(grad, var) for grad, var in grads_and_vars if grad is not None and self._foreign_of(var) is not None]
         grads_and_vars = [(grad, var) for grad, var in grads_and_vars if self.updater_for(var) is not None]
-        return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
+        if not foreign:
+            return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
+        return self._step_with_foreign(grads_and_vars, foreign, name, experimental_aggregate_gradients)
+
+    def _step_with_foreign(self, rules: list, foreign: list, name: str | None, aggregate: bool) -> Any:
+        """One step in which pairs' own Keras optimizers step their weights: every gradient combined
+        across replicas once (one all-reduce), the step's checks first, then each such optimizer's
+        ``apply_gradients`` on its pair's (already combined) gradients, with its own clipping, then the
+        rules' step, which counts the step in ``iterations``."""
+        rules = [(grad, var) for grad, var in rules if grad is not None]
+        if aggregate:
+            combined = self._aggregate_gradients(rules + foreign)
+            rules, foreign = combined[:len(rules)], combined[len(rules):]
+        groups: dict = {}
+        for grad, var in foreign:
+            optimizer = self._foreign_of(var)
+            groups.setdefault(id(optimizer), (optimizer, []))[1].append((grad, var))
+        with tf.name_scope(self._name):
+            for optimizer, pairs in groups.values():
+                self._create_foreign_weights(optimizer, [var for _, var in pairs], build=False)
+        # Checked before anything changes: every sparse gradient's indices (the rules' hyperparameters are
+        # checked within the rules' step, which comes last).
+        checks = index_checks(rules + foreign)
+        eager = tf.executing_eagerly()
+        with tf.control_dependencies([] if eager else checks):
+            updates = [optimizer.apply_gradients(pairs, experimental_aggregate_gradients=False)
+                       for optimizer, pairs in groups.values()]
+        # The rules' step last, and what it returns: one value for every replica (a merge call's), as a
+        # LossScaleOptimizer's cond around this step needs.
+        with tf.control_dependencies([] if eager else [u for u in updates if u is not None]):
+            if rules:
+                return super().apply_gradients(rules, name, experimental_aggregate_gradients=False)
+            return self.iterations.assign_add(1, read_value=False)
+
+    def _aggregate_gradients(self, grads_and_vars: Any) -> list:
+        """As the template's, with the weights of a pair's own Keras optimizer summed (as it sums them)."""
+        return reduce_gradients(lambda var: _SUMMED if self._foreign_of(var) is not None else self._rule_of(var),
+                                list(grads_and_vars), self.gradient_aggregator)
 
     def _transform_gradients(self, grads_and_vars: Any) -> list:
         """Each pair's optimizer clips its own weights' gradients (after aggregation, as alone)."""
@@ -343,6 +503,28 @@ class MultiOptimizer(CustomOptimizerV2):
                      else config_lib.serialize_optimizer(p["optimizer"]), "weights": list(p["weights"])}
                     for p in self._pairs]
         return None if pname == "optimizers_and_layers" else super()._config_value(pname)
+
+    def save_own_variables(self, store: Any) -> None:
+        """The MultiOptimizer's state, then that of each pair's own legacy Keras optimizer (its
+        step counter, hyperparameters and slots, under ``"optimizer_specs[<i>]."``) (``.keras``)."""
+        super().save_own_variables(store)
+        for i, optimizer in self._foreign_optimizers():
+            if isinstance(optimizer, OptimizerV2):
+                saving.save_own_variables(optimizer, _Prefixed(store, f"optimizer_specs[{i}]."), optimizer,
+                                          list(self._foreign_met.get(id(optimizer), {}).values()))
+
+    def load_own_variables(self, store: Any) -> None:
+        """Read what :meth:`save_own_variables` wrote; slots are filled when created."""
+        super().load_own_variables(store)
+        for i, optimizer in self._foreign_optimizers():
+            if isinstance(optimizer, OptimizerV2):
+                saving.load_own_variables(optimizer, _Prefixed(store, f"optimizer_specs[{i}]."), optimizer)
+
+    def unsaved_optimizers(self) -> dict[str, Any]:
+        """``{checkpoint name: optimizer}`` of the pairs' own legacy Keras optimizers, whose state this
+        MultiOptimizer keeps in every format (a SavedModel's is taken over at load)."""
+        return {f"optimizer_specs[{i}]": optimizer for i, optimizer in self._foreign_optimizers()
+                if isinstance(optimizer, OptimizerV2)}
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

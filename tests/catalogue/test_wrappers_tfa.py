@@ -277,7 +277,13 @@ def test_average_model_checkpoint_equals_tfa(wrapper, update_weights, tmp_path):
 def _pairs(model, ours, clipnorm=None, family="legacy"):
     """Adam for the embedding and the first dense layer, SGD with momentum for the last layer: ours,
     or Keras's built-ins (legacy or new-style), which TFA took and ours turns into its equivalents."""
-    if family == "new-style":
+    if family == "no-equivalent":  # no class of these names here: each pair's built-in steps its own weights
+        first = keras.optimizers.legacy.RMSprop(0.01, rho=0.8)
+        second = keras.optimizers.legacy.Adagrad(0.1, clipnorm=clipnorm)
+    elif family == "rmsprop+ours":  # one pair of each kind: ours takes Adam's rule, RMSprop steps itself
+        first = optimizers.Adam(0.02, jit_compile=False) if ours else keras.optimizers.legacy.Adam(0.02)
+        second = keras.optimizers.legacy.RMSprop(0.01, momentum=0.5, clipnorm=clipnorm)
+    elif family == "new-style":
         first = keras.optimizers.Adam(0.02)
         second = keras.optimizers.SGD(0.05, momentum=0.9, clipnorm=clipnorm)
     elif ours:
@@ -295,7 +301,7 @@ def _embedding_model():
                              keras.layers.Dense(2)])
 
 
-@pytest.mark.parametrize("given", ["ours", "legacy", "new-style"])
+@pytest.mark.parametrize("given", ["ours", "legacy", "new-style", "no-equivalent", "rmsprop+ours"])
 @pytest.mark.parametrize("specs", [False, True], ids=["pairs", "create_optimizer_spec"])
 @pytest.mark.parametrize("clipnorm", [None, 0.05])
 def test_multi_optimizer_step_by_step_equals_tfa(clipnorm, specs, given):
@@ -310,7 +316,7 @@ def test_multi_optimizer_step_by_step_equals_tfa(clipnorm, specs, given):
     runs = {}
     for side in ("ours", "tfa"):
         model = _embedding_model()
-        pairs = _pairs(model, side == "ours" and given == "ours", clipnorm, given)
+        pairs = _pairs(model, side == "ours" and given in ("ours", "rmsprop+ours"), clipnorm, given)
         cls = MultiOptimizer if side == "ours" else tfa.optimizers.MultiOptimizer
         if specs:
             opt = cls(optimizer_specs=[cls.create_optimizer_spec(*pair) for pair in pairs])
@@ -367,12 +373,16 @@ def test_multi_optimizer_tfa_config_loads_and_has_every_key():
     assert [s["weights"] for s in ours.optimizer_specs] == [s["weights"] for s in config["optimizer_specs"]]
 
 
-def test_multi_optimizer_h5_saved_with_tfa_loads_into_ours_and_trains_on_like_tfa(tmp_path, monkeypatch):
+@pytest.mark.parametrize("second", ["sgd", "rmsprop"])
+def test_multi_optimizer_h5_saved_with_tfa_loads_into_ours_and_trains_on_like_tfa(tmp_path, monkeypatch, second):
     """TFA's ``.h5`` keeps only the step counter (its sub-optimizers' slots are not among its weights):
-    both reloads start the sub-optimizers afresh, so they train on alike."""
+    both reloads start the sub-optimizers afresh, so they train on alike; also with a built-in that
+    has no class here (RMSprop), which steps its pair's weights itself."""
     model = _model()
+    second = (keras.optimizers.legacy.SGD(0.05, momentum=0.9) if second == "sgd"
+              else keras.optimizers.legacy.RMSprop(0.01, rho=0.8))
     opt = tfa.optimizers.MultiOptimizer([(keras.optimizers.legacy.Adam(0.02), model.layers[0]),
-                                         (keras.optimizers.legacy.SGD(0.05, momentum=0.9), model.layers[1])])
+                                         (second, model.layers[1])])
     _fit(opt, epochs=1, model=model)
     assert [w.name for w in opt.weights] == ["iter:0"]  # TFA's whole saved optimizer state
     path = str(tmp_path / "tfa.h5")

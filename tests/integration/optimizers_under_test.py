@@ -242,6 +242,14 @@ OPTIMIZERS = [
          lambda: ref.Optimizer(ref.FrozenRule(), updaters={"embedding": ref.AdamRule(0.01),
                                                           "bias": ref.SGDRule(0.05, momentum=0.9)}), True,
          routes_by_full_name=True),
+    # A pair's own Keras optimizer, third-party (no rule here): it steps the embedding itself, in the host's step.
+    Case("multi_optimizer(third_party)", lambda jit_compile=True: optimizers.MultiOptimizer(optimizer_specs=[
+        {"optimizer": HeavyBall(0.05, momentum=0.9), "weights": weight_names("embedding/embeddings")},
+        {"optimizer": Adam(0.01, jit_compile=jit_compile), "weights": weight_names("dense/bias")}],
+        jit_compile=jit_compile),
+         lambda: ref.Optimizer(ref.FrozenRule(), updaters={
+             "embedding": ref.SGDRule(0.05, momentum=0.9, name="HeavyBall"), "bias": ref.AdamRule(0.01)}), True,
+         routes_by_full_name=True),
 ]
 BY_NAME = {case.name: case for case in OPTIMIZERS}
 IDS = [case.name for case in OPTIMIZERS]

@@ -23,6 +23,7 @@ import tensorflow as tf
 import optimizers
 from integration.optimizers_under_test import IDS, OPTIMIZERS, case_model
 from optimizers import CustomOptimizerV2, DecoupledWeightDecayExtension, OptimizerWrapper, VariableUpdater
+from optimizers.rule import UpdateRule
 
 from conftest import TOLERANCE
 
@@ -166,11 +167,15 @@ def actual_state(opt, variables) -> dict:
         owners.append(("wrapper", opt))
         opt = opt.inner_optimizer
     owners.append(("optimizer", opt))
-    for owner_name, owner in owners:
+    owners = [(owner_name, owner, "") for owner_name, owner in owners]
+    # A MultiOptimizer pair's own Keras optimizer (no rule) keeps its slots: named as a routed rule's.
+    owners += [("optimizer", spec["optimizer"], spec["optimizer"].get_config()["name"] + "/")
+               for spec in getattr(opt, "optimizer_specs", ()) if not isinstance(spec["optimizer"], UpdateRule)]
+    for owner_name, owner, prefix in owners:
         for slot in owner.get_slot_names():
             for name, var in variables.items():
                 try:
-                    state[(name, owner_name, slot)] = owner.get_slot(var, slot).numpy()
+                    state[(name, owner_name, prefix + slot)] = owner.get_slot(var, slot).numpy()
                 except KeyError:
                     pass
     return state

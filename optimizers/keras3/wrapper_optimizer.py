@@ -226,6 +226,8 @@ class AveragingOptimizer(WrapperOptimizer):
     """A :class:`WrapperOptimizer` of an :class:`~optimizers.AveragingWrapper` (an ``"average"``
     slot per weight): gives the model its averages, with or without a ``tf.distribute`` strategy."""
 
+    has_evaluation_point = True  # its averages: not the inner optimizer's answer, which ``__getattr__`` would give
+
     def average_of(self, var: Any) -> Any:
         """The average of ``var`` (a Keras 3 variable), or ``None`` if it has none."""
         return self.slots_of(var).get("average")

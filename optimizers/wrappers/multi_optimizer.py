@@ -369,8 +369,11 @@ class MultiOptimizer(CustomOptimizerV2):
 
     def _create_foreign_weights(self, optimizer: Any, var_list: list, build: bool = True) -> None:
         """``optimizer``'s step counter, hyperparameters and slots of ``var_list`` (a new-style one is
-        built once, where ``build``); slots loaded from a file take their values."""
-        with tf.init_scope():
+        built once, where ``build``); slots loaded from a file take their values. They are named
+        within the pair's own scope, ``optimizer_specs_<i>/``: unlike the MultiOptimizer's own
+        (``iter``, ``.../m``), which an ``.h5`` file needs each to name once."""
+        position = next(i for i, each in self._foreign_optimizers() if each is optimizer)
+        with tf.init_scope(), tf.name_scope(f"optimizer_specs_{position}"):
             if isinstance(optimizer, OptimizerV2):
                 create_all_weights(optimizer, var_list)
             elif build:
@@ -400,10 +403,11 @@ class MultiOptimizer(CustomOptimizerV2):
 
     @property
     def weights(self) -> list[tf.Variable]:
-        """The MultiOptimizer's own weights, then those of each pair's own Keras optimizer (``.h5``)."""
+        """The MultiOptimizer's own weights, then those of each pair's own legacy Keras optimizer
+        (``.h5``; a new-style one, whose step counter takes no scope, is kept by checkpoints)."""
         own = list(super().weights)
         for _, optimizer in self._foreign_optimizers():
-            own += list(optimizer.weights if isinstance(optimizer, OptimizerV2) else optimizer.variables)
+            own += list(optimizer.weights if isinstance(optimizer, OptimizerV2) else ())
         return own
 
     def update_dense(self, grad: tf.Tensor, var: tf.Variable, slots: dict, coefficients: dict) -> Any:

@@ -758,7 +758,7 @@ def test_multi_optimizer_pair_without_an_equivalent_steps_itself_exactly(style, 
     """A built-in with no class of its name here (RMSprop, Adagrad; legacy or new-style) is kept as
     given and steps its pair's weights with its own ``apply_gradients``: eagerly bit for bit as alone, its
     slots created in the first trace; ``iterations`` counts the steps once, also where every pair's
-    optimizer steps itself; the config round trip keeps the built-in class."""
+    optimizer steps itself; no two weights share a name; the config round trip keeps the built-in class."""
     family = keras.optimizers.legacy if style == "legacy" else keras.optimizers
 
     def pairs(model):
@@ -792,6 +792,8 @@ def test_multi_optimizer_pair_without_an_equivalent_steps_itself_exactly(style, 
             else:
                 np.testing.assert_array_equal(got, want, err_msg=f"step {i + 1}")
     assert int(multi.iterations.numpy()) == 4
+    names = [var.name for var in multi.weights]  # an .h5 file stores each under its name
+    assert len(set(names)) == len(names), names
     restored = MultiOptimizer.from_config(multi.get_config())
     assert [type(spec["optimizer"]) for spec in restored.optimizer_specs] == [type(opt) for opt, _ in peers]
     assert restored.get_config() == multi.get_config()

@@ -9,7 +9,7 @@ from typing import Any
 import keras
 
 from optimizers.keras3.wrapper_optimizer import keras3_optimizer
-from optimizers.wrappers.multi_optimizer import parse_pairs
+from optimizers.wrappers.pairs import parse_pairs
 
 __all__ = ["MultiOptimizer"]
 

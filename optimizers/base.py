@@ -22,6 +22,7 @@ from optimizers.keras_compat import (
     KERAS2_OPTIMIZER,
     KERAS3_HINT,
     OptimizerV2,
+    compute_gradients,
     install_loss_scale_hook,
     is_keras3_object,
     optimizer_name,
@@ -191,7 +192,7 @@ class OptimizerBase(saving.SavesState, OptimizerV2):
         """Minimize ``loss`` (see OptimizerV2). ``decay_var_list``, when given, goes to
         ``apply_gradients``: the variables that are weight-decayed (a wrapper passes it on to
         the inner optimizer)."""
-        grads_and_vars = self._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
+        grads_and_vars = compute_gradients(self, loss, var_list, grad_loss, tape)
         kwargs = {} if decay_var_list is None else {"decay_var_list": decay_var_list}
         return self.apply_gradients(grads_and_vars, name=name, **kwargs)
 

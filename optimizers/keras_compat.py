@@ -110,6 +110,13 @@ def create_all_weights(optimizer: Any, var_list: list) -> None:
     optimizer._create_all_weights(var_list)
 
 
+def compute_gradients(optimizer: Any, loss: Any, var_list: Any, grad_loss: Any, tape: Any) -> list:
+    """OptimizerV2's ``minimize`` first half, ``(gradient, variable)`` pairs of ``loss`` (a tensor
+    with ``tape``, or a callable): OptimizerV2 has no public form of it, and ``minimize`` with
+    ``decay_var_list`` must pass that on to ``apply_gradients``."""
+    return optimizer._compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
+
+
 def aggregate_gradients(optimizer: Any, grads_and_vars: list) -> list:
     """OptimizerV2's cross-replica gradient aggregation of ``optimizer`` (``LossScaleOptimizer`` calls it)."""
     return optimizer._aggregate_gradients(grads_and_vars)

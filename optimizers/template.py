@@ -2,16 +2,17 @@
 
 The class holds the hooks a subclass writes and the dispatch of one step;
 its parts live in their own modules: hyperparameters
-(``optimizers/hyperparameters.py``), the rule protocol (``rule.py``), weight
-decay (``weight_decay.py``), compiled steps (``compiled.py``), routing to
-variable updaters (``updaters.py``), config and registry (``config.py``) and
-saving (``saving.py``, through ``base.py``).
+(``optimizers/hyperparameters.py``, kept as OptimizerV2 keeps them by
+``keras2_hyperparameters.py``), the rule protocol (``rule.py``), optimizer-wide
+state and the evaluation point (``keras2_state.py``), weight decay
+(``weight_decay.py``), the step's execution (``execution.py``), routing to
+variable updaters (``updaters.py``, ``variable_rules.py``), config and
+registry (``config.py``) and saving (``saving.py``, through ``base.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -19,20 +20,17 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers import config as config_lib
-from optimizers import saving
 from optimizers.base import OptimizerBase, all_finite, check_grads_and_vars, index_checks
 from optimizers.execution import AfterStep, StepRunner, unless_non_finite
 from optimizers.hyperparameters import check_bool, check_number
 from optimizers.keras2_hyperparameters import OptimizerV2Hyperparameters
+from optimizers.keras2_state import OptimizerV2State
 from optimizers.keras_compat import (
     initial_decay,
     optimizer_name,
-    own_weights,
     set_hyper,
 )
-from optimizers.optimizer_state import EvaluationPoint, RuleState
 from optimizers.rule import UpdateRule, call_hook
-from optimizers.slots import StateSpec, as_slot_specs
 from optimizers.updaters import Routing
 from optimizers.variable_rules import VariableRules, reduce_gradients
 from optimizers.weight_decay import (
@@ -65,7 +63,7 @@ def _check_arguments(cls_name: str, name: Any, kwargs: dict[str, Any]) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
 
-class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint, OptimizerBase):
+class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, OptimizerV2State, OptimizerBase):
     r"""Base class for Keras 2 (OptimizerV2) optimizers, with public hooks.
 
     Override these, and nothing else:
@@ -200,7 +198,6 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint,
         self._routing = routing
         self.jit_compile = jit_compile
         self.skip_non_finite = skip_non_finite
-        self._skipped: tf.Variable | None = None
         self._weight_decay = decay
         self._decay_var_mask: VariableMask | None = None
         self._rules = VariableRules(self, routing)
@@ -304,56 +301,10 @@ class CustomOptimizerV2(OptimizerV2Hyperparameters, UpdateRule, EvaluationPoint,
         coefficients = self.step_coefficients(var_dtype, self.iterations, self.rule_state.next_values(self.iterations))
         apply_state[(var_device, var_dtype)].update(coefficients)
 
-    @functools.cached_property
-    def rule_state(self) -> RuleState:
-        """The rule's optimizer-wide state (``state_specs``), its variables made at the first step."""
-        return RuleState(self)
-
-    def evaluated_variables(self) -> list[tf.Variable]:
-        return [var for var in self.rule_state.moved if self.evaluation_inputs(var) is not None]
-
-    def evaluation_inputs(self, var: tf.Variable) -> tuple | None:
-        """``(rule, var, slots, coefficients)`` of ``var`` for its evaluation point; ``None`` for a variable
-        this optimizer's rule has not moved."""
-        if self.updater_for(var) is not None:
-            return None
-        try:
-            slots = {spec.name: self.get_slot(var, spec.name) for spec in as_slot_specs(self.slot_specs(var))}
-        except KeyError:
-            return None
-        coefficients = self.step_coefficients(var.dtype.base_dtype, self.iterations, self.rule_state.values())
-        return self, var, slots, {**coefficients, **self.options_for(var)}
-
-    @property
-    def skipped_steps(self) -> tf.Variable:
-        """The number of steps skipped for non-finite gradients (``skip_non_finite=True``); a
-        constant 0 without ``skip_non_finite``, which makes no variable for it (it would be saved,
-        and a checkpoint of the optimizer would hold one its restore does not expect)."""
-        if self._skipped is None and not self.skip_non_finite:
-            return tf.constant(0, tf.int64)
-        if self._skipped is None:
-            with tf.init_scope():
-                self._skipped = self.add_weight("skipped_steps", shape=[], dtype=tf.int64, trainable=False,
-                                                initializer="zeros",
-                                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        return self._skipped
-
     def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
         var_list = list(var_list)
         super()._create_all_weights(var_list)
-        if self.skip_non_finite:
-            _ = self.skipped_steps
-        wide = tf.float64 if any(var.dtype.base_dtype == tf.float64 for var in var_list) else tf.float32
-        self.rule_state.create(lambda spec: self._state_variable(spec, spec.dtype or wide), var_list)
         self._rules.warn_unmatched(var_list)
-
-    def _state_variable(self, spec: StateSpec, dtype: tf.DType) -> tf.Variable:
-        loaded = saving.initial_state_value(self, spec.name)  # from a .keras file or a SavedModel
-        var = self.add_weight(spec.name, shape=spec.shape, dtype=dtype, trainable=False,
-                              initializer=tf.constant_initializer(spec.initial_value if loaded is None else loaded),
-                              aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        own_weights(self).append(var)  # in `weights`, so .h5 files and get_weights() hold it
-        return var
 
     def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
         """Every check of the step (sparse indices, hyperparameter values) runs

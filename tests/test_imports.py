@@ -1,7 +1,8 @@
-"""The package's import graph: no module of ``optimizers`` imports, at its top or inside a
-function, a module that imports it back (directly or through others), so each can be read and
-loaded on its own terms; and nothing inside ``optimizers`` imports the top-level ``slots``
-(another project's package of that name must not break it)."""
+"""The package's shape: no module of ``optimizers`` imports, at its top or inside a function, a
+module that imports it back (directly or through others), so each can be read and loaded on its
+own terms; nothing inside ``optimizers`` imports the top-level ``slots`` (another project's
+package of that name must not break it); the core imports no Keras; private state of Keras and
+TensorFlow is read in the compat modules only; and no module outgrows one reader's attention."""
 
 from __future__ import annotations
 
@@ -135,3 +136,58 @@ print(var.numpy().tolist(), sorted(m for m in sys.modules if m.split(".")[0] in 
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[0.5, 2.5] []"
+
+
+#: The modules that may read another library's private state: each read there says why.
+COMPAT = ("optimizers.keras_compat", "optimizers.tf_compat", "optimizers.keras3.compat")
+
+
+def _names_of_the_package(trees: dict) -> set[str]:
+    """Every name the package itself defines or assigns (functions, classes, attributes, string keys)."""
+    own = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                own.add(node.value)  # a key of __dict__, a getattr name
+    return own
+
+
+def test_private_state_of_keras_and_tensorflow_is_read_only_in_the_compat_modules():
+    """Outside the compat modules no ``obj._name`` is read where ``_name`` is no name the package
+    defines (a private attribute of tf_keras, Keras 3 or TensorFlow, on ``self`` or on any object),
+    and no underscore attribute of an object other than ``self``/``cls``/``super()`` is read at all,
+    unless it belongs to a class of the package read through that class."""
+    modules = _modules()
+    trees = {name: ast.parse(open(path).read()) for name, path in modules.items()}
+    own, classes = _names_of_the_package(trees), {
+        node.name for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    foreign, reached = [], []
+    for name, tree in trees.items():
+        if name in COMPAT:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            where = f"{name}:{node.lineno}: {ast.unparse(node)}"
+            if node.attr not in own:
+                foreign.append(where)
+            value = node.value
+            if not ((isinstance(value, ast.Name) and value.id in ("self", "cls", *classes))
+                    or (isinstance(value, ast.Call) and ast.unparse(value.func) == "super")):
+                reached.append(where)
+    assert foreign == []
+    assert reached == []
+
+
+def test_no_module_is_longer_than_450_lines_and_the_template_class_than_350():
+    long = {name: n for name, path in _modules().items() if (n := len(open(path).read().splitlines())) > 450}
+    assert long == {}
+    tree = ast.parse(open(os.path.join(ROOT, "optimizers", "template.py")).read())
+    template = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "CustomOptimizerV2")
+    assert template.end_lineno - template.lineno + 1 < 350

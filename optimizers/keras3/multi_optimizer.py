@@ -8,6 +8,7 @@ from typing import Any
 
 import keras
 
+from optimizers.keras3.compat import built_variables
 from optimizers.keras3.wrapper_optimizer import keras3_optimizer
 from optimizers.wrappers.pairs import parse_pairs
 
@@ -167,13 +168,13 @@ class MultiOptimizer(keras.optimizers.Optimizer):
 
     @property
     def variables(self) -> list:
-        return self._variables + [var for optimizer in self._optimizers for var in optimizer.variables]
+        return super().variables + [var for optimizer in self._optimizers for var in optimizer.variables]
 
     # ------------------------------------------------------------------ step
     def apply(self, grads: Iterable, trainable_variables: Iterable | None = None) -> None:
         """Each pair's optimizer's ``apply`` on its weights that have a gradient; one step counted."""
         grads = list(grads)
-        variables = list(self._trainable_variables if trainable_variables is None else trainable_variables)
+        variables = list(built_variables(self) if trainable_variables is None else trainable_variables)
         routed = self._routed(variables)
         if not any(grads[i] is not None for positions in routed for i in positions):
             paired = [path for paths, _ in self._routes for path in paths]
@@ -187,7 +188,7 @@ class MultiOptimizer(keras.optimizers.Optimizer):
             with_grads = [i for i in positions if grads[i] is not None]
             if with_grads:
                 optimizer.apply([grads[i] for i in with_grads], [variables[i] for i in with_grads])
-        self._iterations.assign_add(1)
+        self.iterations.assign_add(1)
 
     def finalize_variable_values(self, var_list: list) -> None:
         for optimizer, positions in zip(self._optimizers, self._routed(var_list)):

@@ -14,6 +14,7 @@ import tensorflow as tf
 from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers.execution import StepRunner
+from optimizers.keras3.compat import built_variables, strategy_of, variable_index
 from optimizers.keras_compat import create_hypers, hyper_dict
 from optimizers.optimizer_state import EvaluationPoint, RuleState
 from optimizers.template import CustomOptimizerV2
@@ -139,15 +140,16 @@ class RuleOptimizer(EvaluationPoint, keras.optimizers.Optimizer):
         return self.rule.has_evaluation_point
 
     def evaluated_variables(self) -> list:
-        return [var for var in (self._trainable_variables if self.built else [])
+        return [var for var in built_variables(self)
                 if self.evaluation_inputs(var) is not None]
 
     def evaluation_inputs(self, var: Any) -> tuple | None:
         """``(rule, TensorFlow variable, slots, coefficients)`` of ``var`` (a Keras 3 variable) for its
         evaluation point; ``None`` for a variable this optimizer's rule does not move."""
-        if not self.built or self._rule_of(var.value) is not self.rule:
+        index = variable_index(self, var)
+        if index is None or self._rule_of(var.value) is not self.rule:
             return None
-        slots = {name: slot.value for name, slot in self._rule_slots[self._get_variable_index(var)].items()}
+        slots = {name: slot.value for name, slot in self._rule_slots[index].items()}
         if not slots:
             return None
         dtype = var.value.dtype.base_dtype
@@ -177,7 +179,7 @@ class RuleOptimizer(EvaluationPoint, keras.optimizers.Optimizer):
             for grad, var in pairs:
                 distribution.extended.update(var, self._update, args=(grad,), group=False)
 
-        tf.__internal__.distribute.interim.maybe_merge_call(update, self._distribution_strategy, pairs)
+        tf.__internal__.distribute.interim.maybe_merge_call(update, strategy_of(self), pairs)
         routed_positions = set(routed)
         kept = [i for i in range(len(grads)) if i not in routed_positions]
         return [grads[i] for i in kept], [trainable_variables[i] for i in kept]
@@ -190,7 +192,7 @@ class RuleOptimizer(EvaluationPoint, keras.optimizers.Optimizer):
         with tf.control_dependencies(held.state.checks()):
             super()._backend_update_step(grads, trainable_variables, learning_rate)
         if held.state.variables:
-            tf.__internal__.distribute.interim.maybe_merge_call(self._store_state, self._distribution_strategy)
+            tf.__internal__.distribute.interim.maybe_merge_call(self._store_state, strategy_of(self))
 
     def _store_state(self, distribution: tf.distribute.Strategy) -> None:
         """The state after the step, computed again where the replicas meet (from the same values)."""
@@ -199,7 +201,7 @@ class RuleOptimizer(EvaluationPoint, keras.optimizers.Optimizer):
 
     def _inputs_of(self, var: tf.Variable, apply_state: Any) -> tuple:
         rule, cache = self._rule_of(var), self._held.coefficients
-        slots = {name: on_this_device(slot.value) for name, slot in self._rule_slots[self._get_variable_index(var)].items()}
+        slots = {name: on_this_device(slot.value) for name, slot in self._rule_slots[variable_index(self, var)].items()}
         key = (var.device, var.dtype.base_dtype, id(rule))
         if key not in cache:
             with tf.device(var.device):

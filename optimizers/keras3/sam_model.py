@@ -7,6 +7,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from optimizers.keras3.compat import loss_tracker
 from optimizers.sam import check_sam_arguments, sam_gradients
 
 __all__ = ["SAMModel"]
@@ -79,7 +80,7 @@ class SAMModel(keras.Model):
         # per-replica share that compute_loss returns under tf.distribute.
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         batch = tf.shape(next(t for t in tf.nest.flatten(x) if t is not None))[0]
-        self._loss_tracker.update_state(loss * tf.cast(replicas, loss.dtype), sample_weight=batch)
+        loss_tracker(self).update_state(loss * tf.cast(replicas, loss.dtype), sample_weight=batch)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def get_config(self):

@@ -14,6 +14,7 @@ import tensorflow as tf
 from optimizers import config as config_lib
 from optimizers import slots as slots_lib
 from optimizers.hyperparameters import check_number
+from optimizers.keras3.compat import built_variables, strategy_of, variable_index
 from optimizers.keras3.rule_optimizer import add_slot, keras2_text
 from optimizers.keras_compat import keras as keras2
 from optimizers.keras_compat import optimizer_name
@@ -132,13 +133,11 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
 
     @property
     def variables(self) -> list:
-        return self._variables + self.inner_optimizer.variables
+        return super().variables + self.inner_optimizer.variables
 
     def slots_of(self, var: Any) -> dict[str, Any]:
         """The wrapper's slots of ``var`` (Keras 3 variables, by slot name); none if it has none."""
-        if not self.built:
-            return {}
-        index = self._trainable_variables_indices.get(self._var_key(var))
+        index = variable_index(self, var)
         return {} if index is None else dict(self._wrapper_slots[index])
 
     # ------------------------------------------------------------------ step
@@ -150,7 +149,7 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
             if not self.built:
                 raise ValueError("When passing `grads` without `variables`, the optimizer must already be built "
                                  "on a list of variables. Call `optimizer.build(trainable_variables)` first.")
-            trainable_variables = self._trainable_variables
+            trainable_variables = built_variables(self)
         variables = list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
@@ -170,7 +169,7 @@ class WrapperOptimizer(keras.optimizers.Optimizer):
             inner.apply(grads, variables)
         wrapped = [v for g, v in zip(grads, variables) if g is not None and self.slots_of(v)]
         if wrapped and type(self.wrapper).after_step is not OptimizerWrapper.after_step:
-            tf.__internal__.distribute.interim.maybe_merge_call(self._after_step, self._distribution_strategy, wrapped,
+            tf.__internal__.distribute.interim.maybe_merge_call(self._after_step, strategy_of(self), wrapped,
                                                                 before)
 
     def _after_step(self, distribution: tf.distribute.Strategy, wrapped: list, before: Any) -> None:
@@ -235,7 +234,7 @@ class AveragingOptimizer(WrapperOptimizer):
     @property
     def has_shadow_copy(self) -> bool:
         """Whether averages exist (after a step, :meth:`shadow_copy` or a load)."""
-        return any(self.average_of(var) is not None for var in self._trainable_variables) if self.built else False
+        return any(self.average_of(var) is not None for var in built_variables(self))
 
     def shadow_copy(self, model_weights: Iterable) -> None:
         """Create the averages of ``model_weights`` now, equal to their values (builds the optimizer)."""
@@ -248,7 +247,7 @@ class AveragingOptimizer(WrapperOptimizer):
 
     def swap_weights(self) -> None:
         """Exchange the averaged weights and the trained ones; twice restores both exactly."""
-        pairs = self._with_averages(self._trainable_variables if self.built else [])
+        pairs = self._with_averages(built_variables(self))
         if not pairs:
             raise ValueError(NO_AVERAGES)
         self._for_each(pairs, swap_values)

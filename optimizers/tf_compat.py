@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["distributed_container", "logical_variable", "variable_name", "variable_key", "on_this_device", "optimizer_chain", "in_xla_context", "is_plain_resource_variable", "aggregates_in_apply_only", "is_parameter_server", "maybe_merge_call", "is_sharded_variable"]
+__all__ = ["distributed_container", "logical_variable", "variable_name", "variable_key", "on_this_device", "optimizer_chain", "in_xla_context", "is_plain_resource_variable", "aggregates_in_apply_only", "is_parameter_server", "maybe_merge_call", "is_sharded_variable", "op_dtypes"]
 
 
 def distributed_container(var: Any) -> Any:
@@ -111,3 +111,13 @@ def maybe_merge_call(fn: Any, strategy: Any, *args: Any) -> Any:
 
 def is_sharded_variable(var: Any) -> bool:
     return isinstance(var, tf.__internal__.distribute.ShardedVariable)
+
+
+def op_dtypes(name: str) -> tuple[tf.DType, ...]:
+    """The dtypes that the attribute ``T`` of the loaded op ``name`` allows, as its ``REGISTER_OP``
+    declares them: read from TensorFlow's op registry, which has no public reader, so that a
+    kernel's dtypes are declared once, in its C++ source."""
+    from tensorflow.python.framework import op_def_registry
+
+    attr = next(attr for attr in op_def_registry.get(name).attr if attr.name == "T")
+    return tuple(tf.as_dtype(dtype) for dtype in attr.allowed_values.list.type)

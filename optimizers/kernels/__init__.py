@@ -34,6 +34,7 @@ devices and outside XLA (which cannot compile them).
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import os
 import platform
@@ -44,9 +45,9 @@ from typing import Any
 import tensorflow as tf
 
 from optimizers.kernels.cache import LibraryCache
-from optimizers.tf_compat import in_xla_context
+from optimizers.tf_compat import in_xla_context, op_dtypes
 
-__all__ = ["op", "fused_adam", "enabled", "library_path", "build", "DTYPES", "SWITCH"]
+__all__ = ["op", "fused_adam", "enabled", "library_path", "build", "SWITCH"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # -ffp-contract=off: no fused multiply-add, so each operation rounds as in TensorFlow's kernels;
@@ -108,12 +109,10 @@ def _library() -> Any:
             try:
                 _state["library"] = _CACHE.load()
             except (RuntimeError, OSError, tf.errors.OpError) as error:
-                warnings.warn(f"This library's fused kernels are not available: AdamW's and MovingAverage's steps "
-                              f"take TensorFlow's kernels one after the other, Yogi's, AdaBelief's, "
-                              f"RectifiedAdam's, COCOB's, ProximalAdagrad's, Lion's, LAMB's, NovoGrad's and "
-                              f"ConditionalGradient's (and Adam's sparse steps) their own steps (the same "
-                              f"numbers or within rounding, more passes over memory): {error}", RuntimeWarning,
-                              stacklevel=3)
+                warnings.warn(f"This library's fused kernels are not available: each step that would take one "
+                              f"takes TensorFlow's ops instead (TensorFlow's kernels one after the other, or the "
+                              f"rule's own step: the same numbers or within rounding, more passes over memory): "
+                              f"{error}", RuntimeWarning, stacklevel=3)
     return _state["library"]
 
 
@@ -137,26 +136,19 @@ def _runs_here(var: Any) -> bool:
     return here[var.device]
 
 
-#: The variable dtypes of each op: Adam's take TensorFlow's optimizer kernels' four, the others float32 and float64.
-DTYPES = {name: (tf.float16, tf.bfloat16, tf.float32, tf.float64) for name in (*_OPS.values(), "ApplyMovingAverage")}
-DTYPES.update(dict.fromkeys(("FusedApplyYogi", "FusedApplyAdaBelief", "FusedApplyRectifiedAdam", "FusedApplyCocob",
-                             "FusedApplyProximalAdagrad", "SumOfSquares", "FusedLambDirection",
-                             "FusedApplyNovoGrad", "FusedApplyConditionalGradient", "FusedSparseApplyLazyAdam",
-                             "FusedApplyLion", *_SPARSE_OPS.values()),
-                            (tf.float32, tf.float64)))
-
-
 def op(var: Any, name: str) -> Any:
     """The kernel library's op ``name`` (``"FusedApplyYogi"``, ...) as a Python function, for a
     step of ``var``; or ``None`` where it is not available: not built, not a local CPU, inside XLA,
-    not one of the op's :data:`DTYPES`."""
-    if var.dtype.base_dtype not in DTYPES[name]:
-        return None
+    or ``var``'s dtype is not one its ``REGISTER_OP`` declares (the C++ source is the one place)."""
     with contextlib.suppress(ValueError):  # a device string TensorFlow cannot parse: not ours to run
         if _runs_here(var):
             library = _library()
-            return None if library is None else getattr(library, _snake_case(name))
+            if library is not None and var.dtype.base_dtype in _op_dtypes(name):
+                return getattr(library, _snake_case(name))
     return None
+
+
+_op_dtypes = functools.cache(op_dtypes)
 
 
 def _snake_case(name: str) -> str:
